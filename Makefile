@@ -1,0 +1,61 @@
+# crossproxy build, test and release entry points.
+# Suites owned by one area live in test/mk/*.mk and append themselves to
+# TEST_SUITES / BENCH_SUITES; `make test` runs every suite in order.
+
+SHELL := /bin/bash
+GO ?= go
+MODULE := github.com/crossproxy/crossproxy
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+PLATFORMS := linux/amd64 linux/arm64 windows/amd64 windows/arm64
+export CGO_ENABLED ?= 0
+
+# Suites run by `make test`, in order. Fragments append to these.
+TEST_SUITES := test-unit vet cross fuzz-short
+BENCH_SUITES := bench-core
+
+.PHONY: all build cross vet test test-unit fuzz-short bench bench-core clean demo
+all: build
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/crossproxy ./cmd/crossproxy
+
+cross:
+	@set -e; for p in $(PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; ext=; [ $$os = windows ] && ext=.exe; \
+	  out=dist/crossproxy-$(VERSION)-$$os-$$arch$$ext; \
+	  echo "build $$out"; \
+	  GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $$out ./cmd/crossproxy; \
+	done
+
+vet:
+	$(GO) vet ./...
+	GOOS=windows GOARCH=amd64 $(GO) vet ./...
+	GOOS=windows GOARCH=arm64 $(GO) vet ./...
+
+test-unit:
+	$(GO) test -count=1 -coverprofile=bin/cover-unit.out ./...
+	@$(GO) tool cover -func=bin/cover-unit.out | awk '/^total:/{print "unit coverage (all packages): " $$3}'
+	@$(GO) test -count=1 -coverprofile=bin/cover-core.out ./core/... >/dev/null && \
+	  $(GO) tool cover -func=bin/cover-core.out | awk '/^total:/{print "core coverage: " $$3}'
+
+# A bounded fuzz run of the core; the seed corpus lives in core/testdata/fuzz.
+FUZZTIME ?= 20s
+fuzz-short:
+	$(GO) test -run '^$$' -fuzz '^FuzzCompute$$' -fuzztime $(FUZZTIME) ./core/
+
+bench-core:
+	$(GO) test -run '^$$' -bench . -benchmem ./core/
+
+bench:
+	@set -e; for t in $(BENCH_SUITES); do echo "== $$t"; $(MAKE) --no-print-directory $$t; done
+
+include $(sort $(wildcard test/mk/*.mk))
+
+test:
+	@mkdir -p bin
+	@set -e; for t in $(TEST_SUITES); do echo "== make $$t"; $(MAKE) --no-print-directory $$t; done
+	@echo "== all suites passed: $(TEST_SUITES)"
+
+clean:
+	rm -rf bin dist

@@ -1,0 +1,5 @@
+//go:build windows
+
+package main
+
+import _ "golang.org/x/sys/windows/svc"

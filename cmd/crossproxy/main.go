@@ -1,0 +1,67 @@
+// Command crossproxy is a Kubernetes Service proxy for mixed-OS clusters: one
+// shared core decides Service semantics, nftables (Linux) or HNS (Windows)
+// expresses them. Each subcommand lives in its own cmd_*.go file and registers
+// itself with addCommand, so areas of the code can grow without editing this file.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// version is stamped by the Makefile from git (-X main.version=...).
+var version = "dev"
+
+// commandFactories holds the subcommand constructors registered by init
+// functions in the cmd_*.go files.
+var commandFactories []func() *cobra.Command
+
+// addCommand registers a subcommand constructor.
+func addCommand(f func() *cobra.Command) { commandFactories = append(commandFactories, f) }
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "crossproxy",
+		Short:         "Kubernetes Service proxy for Linux (nftables) and Windows (HNS) nodes",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version,
+	}
+	for _, f := range commandFactories {
+		root.AddCommand(f())
+	}
+	return root
+}
+
+func main() {
+	if err := runMain(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "crossproxy:", err)
+		os.Exit(exitCode(err))
+	}
+}
+
+// runMain runs the command line; split from main so tests can call it and
+// platforms (the Windows service) can wrap it.
+func runMain(args []string) error {
+	root := newRootCommand()
+	root.SetArgs(args)
+	return root.Execute()
+}
+
+// exitError carries a specific exit status (explain exits 1 on a mismatch).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func exitCode(err error) int {
+	if e, ok := err.(*exitError); ok {
+		return e.code
+	}
+	return 2
+}

@@ -1,0 +1,71 @@
+// Package platform is the contract between the shared core and the data planes:
+// the Backend interface every OS implementation satisfies, the errors callers
+// branch on, and the sync runner that drives a Backend from a core.Tracker. It
+// has no build tags and no OS imports, so both backends and cmd/ share it.
+package platform
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/crossproxy/crossproxy/core"
+)
+
+// ErrUnsupported is returned (wrapped) when a platform cannot do what was asked,
+// for example running the nftables backend on Windows.
+var ErrUnsupported = errors.New("not supported on this platform")
+
+// Backend makes one node's data plane match a core.NodeState. Each
+// implementation diffs the desired state against what it finds on the node
+// itself; the core never knows how rules are written.
+type Backend interface {
+	// Name is a short name for logs and metrics ("nftables", "hns").
+	Name() string
+	// Sync applies state. When changes.Full is false the backend may touch only
+	// the ports in changes.Ports; when true (first sync, periodic resync, after a
+	// failure) it must reconcile everything it owns. A failed Sync must leave the
+	// previously applied rules in force.
+	Sync(ctx context.Context, state *core.NodeState, changes core.Changes) error
+	// Cleanup removes everything the backend ever installed, and nothing else.
+	Cleanup(ctx context.Context) error
+	// Programmed reads back from the data plane (not from memory) what is in
+	// force for one Service, so `crossproxy explain` can compare it with the
+	// computed state.
+	Programmed(ctx context.Context, svc types.NamespacedName) (*ProgrammedService, error)
+}
+
+// ProgrammedService is what a data plane really holds for one Service.
+type ProgrammedService struct {
+	Service   types.NamespacedName
+	Frontends []ProgrammedFrontend
+	// Connections are live tracked connections to the Service's frontends
+	// (Linux conntrack); empty where the platform cannot list them.
+	Connections []Connection
+	// Notes are platform remarks, e.g. features HNS cannot express.
+	Notes []string
+}
+
+// ProgrammedFrontend is one frontend as found in the data plane.
+type ProgrammedFrontend struct {
+	Kind     core.FrontendKind
+	Addr     netip.Addr
+	Port     uint16
+	Protocol v1.Protocol
+	// Endpoints are the destinations new connections are spread over.
+	Endpoints []netip.AddrPort
+	// Verdict is the empty-set action found ("reject", "drop") when no endpoint is programmed.
+	Verdict core.Verdict
+}
+
+// Connection is one tracked connection.
+type Connection struct {
+	Protocol v1.Protocol
+	Client   netip.AddrPort
+	Frontend netip.AddrPort
+	Endpoint netip.AddrPort
+	State    string
+}
