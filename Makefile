@@ -50,10 +50,11 @@ bench-core:
 bench:
 	@set -e; for t in $(BENCH_SUITES); do echo "== $$t"; $(MAKE) --no-print-directory $$t; done
 
-include $(sort $(wildcard test/mk/*.mk))
+include $(sort $(wildcard test/mk/*.mk)) $(sort $(wildcard installer/*.mk))
 
 test:
 	@mkdir -p bin
+	bash test/setup-host.sh
 	@set -e; for t in $(TEST_SUITES); do echo "== make $$t"; $(MAKE) --no-print-directory $$t; done
 	@echo "== all suites passed: $(TEST_SUITES)"
 
