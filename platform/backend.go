@@ -69,3 +69,30 @@ type Connection struct {
 	Endpoint netip.AddrPort
 	State    string
 }
+
+// BackendConfig is what a Backend constructor needs beyond the NodeState.
+// Fields only one OS reads are grouped and labelled, so both constructors take
+// the same type and cmd/ stays free of build tags.
+type BackendConfig struct {
+	// NodeName is this node's name, for logs and events.
+	NodeName string
+
+	// Linux (nftables) only.
+
+	// TableName is the nftables table crossproxy owns (default "crossproxy").
+	TableName string
+	// LocalhostNodePorts lets NodePorts answer on 127.0.0.1 (needs route_localnet).
+	LocalhostNodePorts bool
+	// NetNSPath, when set, programs the rules in that network namespace
+	// instead of the current one (tests, labs).
+	NetNSPath string
+
+	// Windows (HNS) only.
+
+	// NetworkName is the HNS network the load balancers attach to.
+	NetworkName string
+	// SourceVIP is the source address HNS uses for load-balanced traffic (overlay).
+	SourceVIP string
+	// EnableDSR asks for direct server return where HNS supports it.
+	EnableDSR bool
+}
