@@ -1,0 +1,239 @@
+package platform
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/crossproxy/crossproxy/core"
+)
+
+// StateSource is what the Runner needs from the core's change tracker: a
+// snapshot of the desired state with what changed since the previous one, and a
+// way to demand a full reconcile. core.Tracker satisfies it.
+type StateSource interface {
+	Snapshot() (*core.NodeState, core.Changes)
+	ForceFull()
+}
+
+// SyncResult describes one finished sync, for metrics, health and logs.
+type SyncResult struct {
+	// ID numbers syncs from 1 in this process; logs carry it as "sync".
+	ID       uint64
+	Full     bool
+	Start    time.Time
+	Duration time.Duration
+	Err      error
+	State    *core.NodeState
+	Changes  core.Changes
+}
+
+// RunnerConfig tunes a Runner. Zero values take kube-proxy's defaults.
+type RunnerConfig struct {
+	// MinSyncPeriod is the shortest time between two syncs: changes arriving
+	// faster are coalesced into one sync (default 1 s).
+	MinSyncPeriod time.Duration
+	// SyncPeriod is the period of full syncs, which repair anything changed
+	// behind the proxy's back (default 1 h).
+	SyncPeriod time.Duration
+	// MaxBackoff caps the retry delay after failed syncs (default 1 min).
+	MaxBackoff time.Duration
+}
+
+func (c RunnerConfig) withDefaults() RunnerConfig {
+	if c.MinSyncPeriod <= 0 {
+		c.MinSyncPeriod = time.Second
+	}
+	if c.SyncPeriod <= 0 {
+		c.SyncPeriod = time.Hour
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = time.Minute
+	}
+	return c
+}
+
+// Runner is the sync loop shared by both backends. It waits for the first
+// Trigger (sent by a source once its initial listing is complete), so it never
+// writes a partial view over working rules; then it coalesces triggers by
+// MinSyncPeriod, retries failures with exponential backoff and a forced full
+// sync, and runs a full sync every SyncPeriod. Stopping it leaves the rules in
+// place: a restart or upgrade must not interrupt traffic.
+type Runner struct {
+	cfg     RunnerConfig
+	source  StateSource
+	backend Backend
+	log     logrus.FieldLogger
+
+	trigger chan struct{}
+	now     func() time.Time
+
+	mu        sync.Mutex
+	observers []func(SyncResult)
+	queued    []func(time.Time)
+
+	syncID atomic.Uint64
+}
+
+// NewRunner returns a Runner that applies source's state to backend.
+func NewRunner(cfg RunnerConfig, source StateSource, backend Backend, log logrus.FieldLogger) *Runner {
+	return &Runner{
+		cfg:     cfg.withDefaults(),
+		source:  source,
+		backend: backend,
+		log:     log,
+		trigger: make(chan struct{}, 1),
+		now:     time.Now,
+	}
+}
+
+// Config returns the effective configuration (defaults applied).
+func (r *Runner) Config() RunnerConfig { return r.cfg }
+
+// OnSync registers f to be called after every sync, successful or not, from
+// the Runner's goroutine. Register before Run.
+func (r *Runner) OnSync(f func(SyncResult)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.observers = append(r.observers, f)
+}
+
+// OnQueued registers f to be called when a change is queued while none was
+// pending (health: kube-proxy reports unhealthy when an update waits too long).
+func (r *Runner) OnQueued(f func(time.Time)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.queued = append(r.queued, f)
+}
+
+// Trigger asks for a sync. It never blocks; many triggers before the next sync
+// collapse into one.
+func (r *Runner) Trigger() {
+	select {
+	case r.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Run loops until ctx is done. It returns nil on cancellation and leaves the
+// data plane as it is.
+func (r *Runner) Run(ctx context.Context) error {
+	var (
+		started  bool      // a first sync has been attempted
+		pending  bool      // a sync is wanted
+		lastSync time.Time // start of the last attempt
+		lastFull time.Time // start of the last successful full sync
+		retryAt  time.Time // when failing: not before this
+		failures int
+		carry    []core.StaleEndpoint // stale UDP endpoints of a failed sync
+	)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := r.now()
+		wait := time.Hour // idle until the first trigger
+		if started {
+			wait = lastFull.Add(r.cfg.SyncPeriod).Sub(now)
+		}
+		if pending {
+			due := lastSync.Add(r.cfg.MinSyncPeriod)
+			if retryAt.After(due) {
+				due = retryAt
+			}
+			if d := due.Sub(now); d < wait {
+				wait = d
+			}
+		}
+		if wait < 0 {
+			wait = 0
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			r.log.Info("sync loop stopped; rules left in place")
+			return nil
+		case <-r.trigger:
+			if !pending {
+				r.notifyQueued(r.now())
+			}
+			pending = true
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+			continue
+		case <-timer.C:
+		}
+		now = r.now()
+		if started && !now.Before(lastFull.Add(r.cfg.SyncPeriod)) {
+			r.source.ForceFull()
+			if !pending {
+				r.notifyQueued(now)
+			}
+			pending = true
+		}
+		if !pending || now.Before(lastSync.Add(r.cfg.MinSyncPeriod)) || now.Before(retryAt) {
+			continue
+		}
+		started = true
+		lastSync = now
+		res := r.syncOnce(ctx, carry)
+		if res.Err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			failures++
+			backoff := r.cfg.MinSyncPeriod << min(failures-1, 16)
+			if backoff > r.cfg.MaxBackoff {
+				backoff = r.cfg.MaxBackoff
+			}
+			retryAt = now.Add(backoff)
+			carry = res.Changes.StaleUDP
+			r.source.ForceFull()
+			r.log.WithError(res.Err).WithFields(logrus.Fields{"sync": res.ID, "retryIn": backoff.String()}).Warn("sync failed; previous rules stay in force, next attempt is a full sync")
+			continue
+		}
+		failures, retryAt, carry, pending = 0, time.Time{}, nil, false
+		if res.Full {
+			lastFull = now
+		}
+	}
+}
+
+// syncOnce takes a snapshot and applies it, reporting to observers.
+func (r *Runner) syncOnce(ctx context.Context, carry []core.StaleEndpoint) SyncResult {
+	state, changes := r.source.Snapshot()
+	if len(carry) > 0 {
+		changes.StaleUDP = append(append([]core.StaleEndpoint(nil), carry...), changes.StaleUDP...)
+	}
+	res := SyncResult{ID: r.syncID.Add(1), Full: changes.Full, Start: r.now(), State: state, Changes: changes}
+	log := r.log.WithFields(logrus.Fields{"sync": res.ID, "full": res.Full, "ports": len(changes.Ports)})
+	log.Debug("sync start")
+	res.Err = r.backend.Sync(ctx, state, changes)
+	res.Duration = r.now().Sub(res.Start)
+	if res.Err == nil {
+		log.WithField("duration", res.Duration.String()).Debug("sync done")
+	}
+	r.mu.Lock()
+	observers := slices.Clone(r.observers)
+	r.mu.Unlock()
+	for _, f := range observers {
+		f(res)
+	}
+	return res
+}
+
+func (r *Runner) notifyQueued(at time.Time) {
+	r.mu.Lock()
+	fs := slices.Clone(r.queued)
+	r.mu.Unlock()
+	for _, f := range fs {
+		f(at)
+	}
+}
