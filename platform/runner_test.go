@@ -1,0 +1,224 @@
+package platform
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/crossproxy/crossproxy/core"
+)
+
+// fakeSource is a StateSource whose next Snapshot reports Full when forced.
+type fakeSource struct {
+	mu    sync.Mutex
+	full  bool
+	snaps int
+	stale []core.StaleEndpoint
+}
+
+func (s *fakeSource) Snapshot() (*core.NodeState, core.Changes) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.snaps++
+	ch := core.Changes{Full: s.full || s.snaps == 1, StaleUDP: s.stale}
+	s.full, s.stale = false, nil
+	return &core.NodeState{}, ch
+}
+
+func (s *fakeSource) ForceFull() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.full = true
+}
+
+// fakeBackend records syncs and fails the ones it is told to.
+type fakeBackend struct {
+	mu      sync.Mutex
+	syncs   []core.Changes
+	times   []time.Time
+	failN   int // fail this many syncs from now on
+	cleaned bool
+	synced  chan struct{}
+}
+
+func (b *fakeBackend) Name() string { return "fake" }
+
+func (b *fakeBackend) Sync(_ context.Context, _ *core.NodeState, ch core.Changes) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.syncs = append(b.syncs, ch)
+	b.times = append(b.times, time.Now())
+	defer func() {
+		select {
+		case b.synced <- struct{}{}:
+		default:
+		}
+	}()
+	if b.failN > 0 {
+		b.failN--
+		return errors.New("injected failure")
+	}
+	return nil
+}
+
+func (b *fakeBackend) Cleanup(context.Context) error { b.cleaned = true; return nil }
+
+func (b *fakeBackend) Programmed(context.Context, types.NamespacedName) (*ProgrammedService, error) {
+	return nil, ErrUnsupported
+}
+
+func (b *fakeBackend) snapshot() ([]core.Changes, []time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]core.Changes(nil), b.syncs...), append([]time.Time(nil), b.times...)
+}
+
+func quietLog() logrus.FieldLogger {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	return l
+}
+
+func startRunner(t *testing.T, cfg RunnerConfig, b *fakeBackend) (*Runner, *fakeSource) {
+	t.Helper()
+	src := &fakeSource{}
+	b.synced = make(chan struct{}, 100)
+	r := NewRunner(cfg, src, b, quietLog())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return r, src
+}
+
+func waitSyncs(t *testing.T, b *fakeBackend, n int, within time.Duration) []core.Changes {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if s, _ := b.snapshot(); len(s) >= n {
+			return s
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	s, _ := b.snapshot()
+	t.Fatalf("want %d syncs within %v, got %d", n, within, len(s))
+	return nil
+}
+
+func TestRunnerWaitsForFirstTrigger(t *testing.T) {
+	b := &fakeBackend{}
+	r, _ := startRunner(t, RunnerConfig{MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: time.Hour}, b)
+	time.Sleep(100 * time.Millisecond)
+	if s, _ := b.snapshot(); len(s) != 0 {
+		t.Fatalf("synced %d times before the first trigger; a start must not write a partial view", len(s))
+	}
+	r.Trigger()
+	s := waitSyncs(t, b, 1, 2*time.Second)
+	if !s[0].Full {
+		t.Fatalf("first sync must be full")
+	}
+}
+
+func TestRunnerCoalescesTriggers(t *testing.T) {
+	b := &fakeBackend{}
+	r, _ := startRunner(t, RunnerConfig{MinSyncPeriod: 300 * time.Millisecond, SyncPeriod: time.Hour}, b)
+	r.Trigger()
+	waitSyncs(t, b, 1, 2*time.Second)
+	for i := 0; i < 50; i++ {
+		r.Trigger()
+		time.Sleep(2 * time.Millisecond)
+	}
+	waitSyncs(t, b, 2, 2*time.Second)
+	time.Sleep(400 * time.Millisecond)
+	s, times := b.snapshot()
+	if len(s) != 2 {
+		t.Fatalf("50 triggers inside one min-sync-period gave %d syncs after the first, want 1", len(s)-1)
+	}
+	if gap := times[1].Sub(times[0]); gap < 290*time.Millisecond {
+		t.Fatalf("second sync %v after the first, want at least the min sync period", gap)
+	}
+	if s[1].Full {
+		t.Fatalf("a coalesced change sync should be partial")
+	}
+}
+
+func TestRunnerRetriesFailureWithFullSync(t *testing.T) {
+	b := &fakeBackend{failN: 2}
+	stale := []core.StaleEndpoint{{Endpoint: netip.MustParseAddrPort("10.0.0.1:53")}}
+	src := &fakeSource{stale: stale}
+	b.synced = make(chan struct{}, 100)
+	r := NewRunner(RunnerConfig{MinSyncPeriod: 20 * time.Millisecond, SyncPeriod: time.Hour}, src, b, quietLog())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	var results []SyncResult
+	var mu sync.Mutex
+	r.OnSync(func(res SyncResult) { mu.Lock(); results = append(results, res); mu.Unlock() })
+	r.Trigger()
+	s := waitSyncs(t, b, 3, 3*time.Second)
+	for i, ch := range s[:3] {
+		if !ch.Full {
+			t.Errorf("sync %d after a failure must be full", i+1)
+		}
+		if len(ch.StaleUDP) != 1 {
+			t.Errorf("sync %d: stale UDP endpoints of the failed sync must be carried over, got %v", i+1, ch.StaleUDP)
+		}
+	}
+	_, times := b.snapshot()
+	if gap1, gap2 := times[1].Sub(times[0]), times[2].Sub(times[1]); gap2 < gap1 {
+		t.Errorf("retry delays should grow (backoff): %v then %v", gap1, gap2)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(results) < 3 || results[0].Err == nil || results[2].Err != nil || results[2].ID != 3 {
+		t.Fatalf("observers saw %+v", results)
+	}
+}
+
+func TestRunnerPeriodicFullSync(t *testing.T) {
+	b := &fakeBackend{}
+	r, _ := startRunner(t, RunnerConfig{MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: 150 * time.Millisecond}, b)
+	r.Trigger()
+	s := waitSyncs(t, b, 3, 3*time.Second)
+	for i, ch := range s {
+		if !ch.Full {
+			t.Errorf("sync %d: periodic syncs must be full", i+1)
+		}
+	}
+}
+
+func TestRunnerStopLeavesRules(t *testing.T) {
+	b := &fakeBackend{}
+	src := &fakeSource{}
+	r := NewRunner(RunnerConfig{}, src, b, quietLog())
+	if got := r.Config(); got.MinSyncPeriod != time.Second || got.SyncPeriod != time.Hour {
+		t.Fatalf("defaults: %+v", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	queued := make(chan time.Time, 1)
+	r.OnQueued(func(at time.Time) { queued <- at })
+	done := make(chan error)
+	go func() { done <- r.Run(ctx) }()
+	r.Trigger()
+	select {
+	case <-queued:
+	case <-time.After(2 * time.Second):
+		t.Fatal("OnQueued not called for the first change")
+	}
+	waitSyncs(t, b, 1, 3*time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run returned %v on shutdown", err)
+	}
+	if b.cleaned {
+		t.Fatal("shutdown must leave the rules in place")
+	}
+}
