@@ -334,6 +334,19 @@ type NodeState struct {
 	HealthChecks []HealthCheck
 	// Problems found in the input, sorted.
 	Problems []Problem
+	// Ignored lists the Services and EndpointSlices deliberately not proxied
+	// (headless, ExternalName, another proxy's), sorted, so `state` can say why.
+	Ignored []IgnoredObject
+}
+
+// IgnoredObject is an object the core skips on purpose; unlike a Problem
+// nothing is wrong with it.
+type IgnoredObject struct {
+	// Kind is "Service" or "EndpointSlice".
+	Kind string
+	// Object is namespace/name.
+	Object string
+	Reason string
 }
 
 // Changes says what differs between the NodeState a backend last applied and

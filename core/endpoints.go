@@ -1,0 +1,434 @@
+package core
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+)
+
+// parsedSlice is one EndpointSlice after validation, reused by every port of its Service.
+type parsedSlice struct {
+	name  string
+	ports []slicePort
+	eps   []candidate
+}
+
+type slicePort struct {
+	name     string
+	protocol v1.Protocol
+	port     uint16
+}
+
+// candidate is one endpoint of a slice, valid or not, with its hints.
+type candidate struct {
+	ep    Endpoint
+	raw   string // the address as written
+	valid bool
+	// reason and detail explain an invalid candidate.
+	reason ExclusionReason
+	detail string
+	zones  []string
+	nodes  []string
+}
+
+func (c *candidate) servingTerminating() bool { return c.ep.Serving && c.ep.Terminating }
+
+// parseSlices validates a Service's slices once and splits them by family.
+// Slices of a family the node does not run, or that the Service has no
+// ClusterIP for, and FQDN slices are left out without a problem: they are
+// legitimate, just not ours to proxy.
+func parseSlices(e *env, info *svcInfo, list []*discovery.EndpointSlice, probs *[]Problem) map[v1.IPFamily][]*parsedSlice {
+	out := map[v1.IPFamily][]*parsedSlice{}
+	for _, s := range list {
+		sink := problemSink{kind: "EndpointSlice", object: s.Namespace + "/" + s.Name, svc: info.nsn, list: probs}
+		var fam v1.IPFamily
+		switch s.AddressType {
+		case discovery.AddressTypeIPv4:
+			fam = v1.IPv4Protocol
+		case discovery.AddressTypeIPv6:
+			fam = v1.IPv6Protocol
+		case discovery.AddressTypeFQDN:
+			continue
+		default:
+			sink.add("addressType", "%q is not IPv4, IPv6 or FQDN; slice skipped", s.AddressType)
+			continue
+		}
+		if _, ok := info.clusterIP[fam]; !ok || !e.runs(fam) {
+			continue
+		}
+		out[fam] = append(out[fam], parseSlice(e, info, s, fam, sink))
+	}
+	return out
+}
+
+func parseSlice(e *env, info *svcInfo, s *discovery.EndpointSlice, fam v1.IPFamily, sink problemSink) *parsedSlice {
+	ps := &parsedSlice{name: s.Name}
+	for j, p := range s.Ports {
+		sp := slicePort{protocol: v1.ProtocolTCP}
+		if p.Name != nil {
+			sp.name = *p.Name
+		}
+		if p.Protocol != nil {
+			sp.protocol = *p.Protocol
+		}
+		switch sp.protocol {
+		case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
+		default:
+			sink.add(fmt.Sprintf("ports[%d].protocol", j), "%q is not TCP, UDP or SCTP; port skipped", sp.protocol)
+			continue
+		}
+		if p.Port == nil {
+			sink.add(fmt.Sprintf("ports[%d].port", j), "missing; port skipped")
+			continue
+		}
+		if *p.Port < 1 || *p.Port > 65535 {
+			sink.add(fmt.Sprintf("ports[%d].port", j), "%d is out of range 1-65535; port skipped", *p.Port)
+			continue
+		}
+		sp.port = uint16(*p.Port)
+		if slices.ContainsFunc(ps.ports, func(o slicePort) bool { return o.name == sp.name && o.protocol == sp.protocol }) {
+			sink.add(fmt.Sprintf("ports[%d].name", j), "port name %q with protocol %s appears twice; the first is used", sp.name, sp.protocol)
+			continue
+		}
+		ps.ports = append(ps.ports, sp)
+	}
+	ps.eps = make([]candidate, 0, len(s.Endpoints))
+	for i := range s.Endpoints {
+		ps.eps = append(ps.eps, parseEndpoint(e, info, s, i, fam, sink))
+	}
+	return ps
+}
+
+func parseEndpoint(e *env, info *svcInfo, s *discovery.EndpointSlice, i int, fam v1.IPFamily, sink problemSink) candidate {
+	ep := &s.Endpoints[i]
+	c := candidate{ep: Endpoint{Slice: s.Name}}
+	if len(ep.Addresses) == 0 {
+		sink.add(fmt.Sprintf("endpoints[%d].addresses", i), "empty; endpoint skipped")
+		c.reason, c.detail = ExcludedInvalid, fmt.Sprintf("endpoints[%d] in slice %s has no address", i, s.Name)
+		return c
+	}
+	c.raw = ep.Addresses[0]
+	field := fmt.Sprintf("endpoints[%d].addresses[0]", i)
+	a, err := netip.ParseAddr(strings.TrimSpace(c.raw))
+	switch {
+	case err != nil || a.Zone() != "" || a.Unmap().IsUnspecified():
+		sink.add(field, "%q is not a usable IP address; endpoint skipped", c.raw)
+		c.reason, c.detail = ExcludedInvalid, fmt.Sprintf("%q in slice %s is not a usable IP address", c.raw, s.Name)
+		return c
+	case familyOf(a) != fam:
+		sink.add(field, "%s is not an %s address but the slice's addressType is %s; endpoint skipped", c.raw, fam, s.AddressType)
+		c.reason, c.detail = ExcludedWrongFamily, fmt.Sprintf("%s is not %s, the addressType of slice %s", c.raw, fam, s.Name)
+		return c
+	}
+	c.valid = true
+	c.ep.Addr = a.Unmap()
+	cond := ep.Conditions
+	c.ep.Ready = info.publishAll || cond.Ready == nil || *cond.Ready
+	c.ep.Serving = cond.Serving == nil || *cond.Serving
+	c.ep.Terminating = cond.Terminating != nil && *cond.Terminating
+	if ep.NodeName != nil {
+		c.ep.NodeName = *ep.NodeName
+	}
+	if ep.Zone != nil {
+		c.ep.Zone = *ep.Zone
+	}
+	c.ep.Local = c.ep.NodeName != "" && c.ep.NodeName == e.node.Name
+	if ep.Hints != nil {
+		for _, z := range ep.Hints.ForZones {
+			c.zones = append(c.zones, z.Name)
+		}
+		for _, n := range ep.Hints.ForNodes {
+			c.nodes = append(c.nodes, n.Name)
+		}
+	}
+	return c
+}
+
+// chooseEndpoints fills the endpoint sets, verdicts, topology and exclusions of sp.
+func chooseEndpoints(e *env, info *svcInfo, sp *ServicePort, p svcPort, parsed []*parsedSlice) {
+	var cands []candidate
+	var excl []Exclusion
+	for _, ps := range parsed {
+		port := uint16(0)
+		for _, q := range ps.ports {
+			if q.name == p.name && q.protocol == p.protocol {
+				port = q.port
+				break
+			}
+		}
+		for _, c := range ps.eps {
+			switch {
+			case !c.valid:
+				excl = append(excl, Exclusion{Addr: c.raw, Port: port, Slice: ps.name, Set: SetAll, Reason: c.reason, Detail: c.detail})
+			case port == 0:
+				excl = append(excl, Exclusion{Addr: c.raw, Slice: ps.name, Set: SetAll, Reason: ExcludedNoMatchingPort,
+					Detail: noPortDetail(p, ps)})
+			default:
+				c.ep.Port = port
+				cands = append(cands, c)
+			}
+		}
+	}
+	// Sort by destination; among copies of one destination the best comes
+	// first (not terminating, then ready), then the earliest slice.
+	slices.SortStableFunc(cands, func(a, b candidate) int {
+		return cmp.Or(
+			a.ep.Addr.Compare(b.ep.Addr),
+			cmp.Compare(a.ep.Port, b.ep.Port),
+			boolFirst(!a.ep.Terminating, !b.ep.Terminating),
+			boolFirst(a.ep.Ready, b.ep.Ready),
+		)
+	})
+	kept := cands[:0]
+	for i, c := range cands {
+		if len(kept) > 0 && i > 0 && kept[len(kept)-1].ep.AddrPort() == c.ep.AddrPort() {
+			excl = append(excl, Exclusion{Addr: c.raw, Port: c.ep.Port, Slice: c.ep.Slice, Set: SetAll, Reason: ExcludedDuplicate,
+				Detail: fmt.Sprintf("%s is also in slice %s, whose copy is used (non-terminating, then ready copies win)", c.ep.AddrPort(), kept[len(kept)-1].ep.Slice)})
+			continue
+		}
+		kept = append(kept, c)
+	}
+	cands = kept
+
+	anyReady, hasAny := false, false
+	for i := range cands {
+		anyReady = anyReady || cands[i].ep.Ready
+		hasAny = hasAny || cands[i].ep.Ready || cands[i].servingTerminating()
+	}
+	clusterUsed := !info.itpLocal || info.external
+	localUsed := info.itpLocal || info.etpLocal
+
+	var clusterWhy, localWhy []*Exclusion
+	if clusterUsed {
+		clusterWhy = make([]*Exclusion, len(cands))
+		mode, note := topologyMode(cands, e.node.Name, e.node.Zone)
+		sp.TopologyMode, sp.TopologyNote = mode, note
+		for i := range cands {
+			c := &cands[i]
+			var why *Exclusion
+			switch {
+			case anyReady && !c.ep.Ready:
+				why = unusedReason(c, true, "ready endpoints exist")
+			case anyReady:
+				why = topologyReason(c, mode, e.node)
+			case !c.servingTerminating():
+				why = unusedReason(c, false, "")
+			}
+			if why == nil {
+				sp.ClusterEndpoints = append(sp.ClusterEndpoints, c.ep)
+			} else {
+				why.Set = SetCluster
+				clusterWhy[i] = why
+			}
+		}
+	}
+	if localUsed {
+		localWhy = make([]*Exclusion, len(cands))
+		localReady := false
+		for i := range cands {
+			localReady = localReady || (cands[i].ep.Local && cands[i].ep.Ready)
+		}
+		for i := range cands {
+			c := &cands[i]
+			var why *Exclusion
+			switch {
+			case !c.ep.Local:
+				why = &Exclusion{Reason: ExcludedOtherNode, Detail: otherNodeDetail(c.ep.NodeName, e.node.Name)}
+			case localReady && !c.ep.Ready:
+				why = unusedReason(c, true, "ready local endpoints exist")
+			case !localReady && !c.servingTerminating():
+				why = unusedReason(c, false, "")
+			}
+			if why == nil {
+				sp.LocalEndpoints = append(sp.LocalEndpoints, c.ep)
+			} else {
+				why.Set = SetLocal
+				localWhy[i] = why
+			}
+		}
+	}
+	for i := range cands {
+		cw, lw := at(clusterWhy, i), at(localWhy, i)
+		if cw != nil && lw != nil && cw.Reason == lw.Reason && cw.Detail == lw.Detail {
+			cw.Set, lw = SetAll, nil
+		}
+		for _, w := range []*Exclusion{cw, lw} {
+			if w != nil {
+				w.Addr, w.Port, w.Slice = cands[i].raw, cands[i].ep.Port, cands[i].ep.Slice
+				excl = append(excl, *w)
+			}
+		}
+	}
+
+	sp.InternalEmpty = emptyVerdict(len(sp.InternalEndpoints()), hasAny)
+	if info.external {
+		sp.ExternalEmpty = emptyVerdict(len(sp.ExternalEndpoints()), hasAny)
+	}
+	if len(excl) > 0 {
+		sortExclusions(excl)
+		sp.Excluded = excl
+	}
+}
+
+func at(list []*Exclusion, i int) *Exclusion {
+	if list == nil {
+		return nil
+	}
+	return list[i]
+}
+
+// emptyVerdict: no usable endpoint anywhere rejects; usable endpoints that a
+// Local policy cannot use from this node drop, as kube-proxy does.
+func emptyVerdict(n int, hasAny bool) Verdict {
+	switch {
+	case n > 0:
+		return VerdictNone
+	case hasAny:
+		return VerdictDrop
+	default:
+		return VerdictReject
+	}
+}
+
+// boolFirst orders true before false.
+func boolFirst(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return -1
+	default:
+		return 1
+	}
+}
+
+func noPortDetail(p svcPort, ps *parsedSlice) string {
+	have := make([]string, 0, len(ps.ports))
+	for _, q := range ps.ports {
+		have = append(have, fmt.Sprintf("%q/%s", q.name, q.protocol))
+	}
+	list := "none"
+	if len(have) > 0 {
+		list = strings.Join(have, ", ")
+	}
+	return fmt.Sprintf("service port %q/%s (targetPort %s) matches no port in slice %s (slice ports: %s)", p.name, p.protocol, p.targetPort, ps.name, list)
+}
+
+func otherNodeDetail(epNode, node string) string {
+	if epNode == "" {
+		return fmt.Sprintf("has no nodeName, so it is not on this node %q", node)
+	}
+	return fmt.Sprintf("runs on node %q, not on this node %q", epNode, node)
+}
+
+// unusedReason explains why a candidate is outside a set: in ready mode the
+// set holds ready endpoints; otherwise it holds serving-terminating ones.
+func unusedReason(c *candidate, readyMode bool, because string) *Exclusion {
+	switch {
+	case readyMode && c.servingTerminating():
+		return &Exclusion{Reason: ExcludedTerminating, Detail: "serving but terminating; not used while " + because}
+	case c.ep.Terminating:
+		return &Exclusion{Reason: ExcludedTerminating, Detail: "terminating and not serving"}
+	case readyMode:
+		return &Exclusion{Reason: ExcludedNotReady, Detail: "not ready"}
+	default:
+		return &Exclusion{Reason: ExcludedNotReady, Detail: "not ready and not terminating (with no ready endpoint only serving-terminating ones are used)"}
+	}
+}
+
+// topologyReason says why a ready endpoint is filtered out by hints, or nil.
+func topologyReason(c *candidate, mode string, node NodeInfo) *Exclusion {
+	switch {
+	case mode == v1.ServiceTrafficDistributionPreferSameNode && !slices.Contains(c.nodes, node.Name):
+		return &Exclusion{Reason: ExcludedOtherNode, Detail: fmt.Sprintf("hint forNodes %v does not include this node %q", c.nodes, node.Name)}
+	case mode == v1.ServiceTrafficDistributionPreferSameZone && !slices.Contains(c.zones, node.Zone):
+		return &Exclusion{Reason: ExcludedOtherZone, Detail: fmt.Sprintf("hint forZones %v does not include this node's zone %q", c.zones, node.Zone)}
+	}
+	return nil
+}
+
+// topologyMode decides, as kube-proxy does, whether hints narrow the cluster
+// set: node hints when every ready endpoint has one and one names this node,
+// else zone hints likewise, else none. note explains hints that were present
+// but not used.
+func topologyMode(cands []candidate, node, zone string) (mode, note string) {
+	allNode, allZone := true, true
+	forNode, forZone := false, false
+	anyNodeHint, anyZoneHint, anyReady := false, false, false
+	for i := range cands {
+		c := &cands[i]
+		if !c.ep.Ready {
+			continue
+		}
+		anyReady = true
+		if len(c.nodes) == 0 {
+			allNode = false
+		} else {
+			anyNodeHint = true
+			forNode = forNode || slices.Contains(c.nodes, node)
+		}
+		if len(c.zones) == 0 {
+			allZone = false
+		} else {
+			anyZoneHint = true
+			forZone = forZone || slices.Contains(c.zones, zone)
+		}
+	}
+	if !anyReady {
+		return "", ""
+	}
+	if allNode && forNode {
+		return v1.ServiceTrafficDistributionPreferSameNode, ""
+	}
+	if allZone && forZone {
+		return v1.ServiceTrafficDistributionPreferSameZone, ""
+	}
+	var why []string
+	if anyNodeHint {
+		if !allNode {
+			why = append(why, "some ready endpoints have no forNodes hint")
+		} else {
+			why = append(why, fmt.Sprintf("no forNodes hint names this node %q", node))
+		}
+	}
+	if anyZoneHint {
+		switch {
+		case !allZone:
+			why = append(why, "some ready endpoints have no forZones hint")
+		case zone == "":
+			why = append(why, "this node has no "+v1.LabelTopologyZone+" label")
+		default:
+			why = append(why, fmt.Sprintf("no forZones hint names this node's zone %q", zone))
+		}
+	}
+	if len(why) == 0 {
+		return "", ""
+	}
+	return "", "hints ignored: " + strings.Join(why, "; ") + "; all endpoints are used"
+}
+
+// sortExclusions orders by address (numerically where it parses), port, slice, set.
+func sortExclusions(list []Exclusion) {
+	slices.SortFunc(list, func(a, b Exclusion) int {
+		pa, ea := netip.ParseAddr(a.Addr)
+		pb, eb := netip.ParseAddr(b.Addr)
+		c := 0
+		switch {
+		case ea == nil && eb == nil:
+			c = pa.Compare(pb)
+		case ea == nil:
+			c = -1
+		case eb == nil:
+			c = 1
+		default:
+			c = cmp.Compare(a.Addr, b.Addr)
+		}
+		return cmp.Or(c, cmp.Compare(a.Port, b.Port), cmp.Compare(a.Slice, b.Slice),
+			cmp.Compare(a.Set, b.Set), cmp.Compare(a.Reason, b.Reason), cmp.Compare(a.Detail, b.Detail))
+	})
+}

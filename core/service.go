@@ -1,0 +1,332 @@
+package core
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Labels the core reads.
+const (
+	// LabelServiceProxyName assigns a Service to a named proxy.
+	LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
+	// LabelHeadless marks the EndpointSlices of headless Services.
+	LabelHeadless = "service.kubernetes.io/headless"
+	// AnnotationTriggerTime is the EndpointSlice annotation with the time of
+	// the change that caused the slice update.
+	AnnotationTriggerTime = "endpoints.kubernetes.io/last-change-trigger-time"
+)
+
+// serviceResult is everything one Service contributes to the NodeState, so the
+// Tracker can replace exactly one Service's share when it changes.
+type serviceResult struct {
+	ports    []*ServicePort // sorted by key
+	problems []Problem
+	ignored  *IgnoredObject
+	health   *HealthCheck
+}
+
+// svcPort is one validated entry of spec.ports.
+type svcPort struct {
+	name       string
+	protocol   v1.Protocol
+	port       uint16
+	nodePort   uint16
+	targetPort string
+}
+
+// svcInfo is the validated, family-split view of a Service.
+type svcInfo struct {
+	nsn          types.NamespacedName
+	clusterIP    map[v1.IPFamily]netip.Addr
+	ports        []svcPort
+	externalIPs  []netip.Addr
+	lbIPs        []netip.Addr
+	sourceRanges []netip.Prefix
+	allOpen      map[v1.IPFamily]bool // a /0 of the family was given
+	affinity     Affinity
+	external     bool // NodePort, LoadBalancer or ExternalIPs
+	nodePorts    bool // NodePort or LoadBalancer type
+	itpLocal     bool
+	etpLocal     bool
+	publishAll   bool
+	hcPort       uint16
+	needsHC      bool
+}
+
+// problemSink collects problems for one object.
+type problemSink struct {
+	kind, object string
+	svc          types.NamespacedName
+	list         *[]Problem
+}
+
+func (s problemSink) add(field, format string, args ...any) {
+	*s.list = append(*s.list, Problem{Kind: s.kind, Object: s.object, Field: field, Reason: fmt.Sprintf(format, args...), Service: s.svc})
+}
+
+// ignoreReason says why a Service is not proxied at all, or "" when it is.
+func ignoreReason(opts Options, svc *v1.Service) string {
+	if v, ok := svc.Labels[LabelServiceProxyName]; ok && (opts.ProxyName == "" || v != opts.ProxyName) {
+		return fmt.Sprintf("label %s=%q belongs to another proxy", LabelServiceProxyName, v)
+	}
+	if svc.Spec.Type == v1.ServiceTypeExternalName {
+		return "type ExternalName is answered by DNS, not proxied"
+	}
+	if svc.Spec.ClusterIP == v1.ClusterIPNone {
+		return "headless (clusterIP None)"
+	}
+	if svc.Spec.ClusterIP == "" && len(svc.Spec.ClusterIPs) == 0 {
+		return "no clusterIP allocated"
+	}
+	return ""
+}
+
+// computeService builds one Service's ports for every family this node runs.
+// list holds the Service's EndpointSlices, sorted by name.
+func computeService(e *env, svc *v1.Service, list []*discovery.EndpointSlice) *serviceResult {
+	res := &serviceResult{}
+	nsn := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	if r := ignoreReason(e.opts, svc); r != "" {
+		res.ignored = &IgnoredObject{Kind: "Service", Object: nsn.String(), Reason: r}
+		return res
+	}
+	sink := problemSink{kind: "Service", object: nsn.String(), svc: nsn, list: &res.problems}
+	info := parseService(svc, nsn, sink)
+	if info.needsHC {
+		res.health = &HealthCheck{Service: nsn, NodePort: info.hcPort}
+	}
+	parsed := parseSlices(e, info, list, &res.problems)
+	localReady := map[netip.Addr]struct{}{}
+	for _, fam := range e.families {
+		cip, ok := info.clusterIP[fam]
+		if !ok {
+			continue
+		}
+		for _, p := range info.ports {
+			sp := buildPort(e, info, fam, cip, p, parsed[fam])
+			res.ports = append(res.ports, sp)
+			for _, ep := range sp.LocalEndpoints {
+				if ep.Ready {
+					localReady[ep.Addr] = struct{}{}
+				}
+			}
+		}
+	}
+	if res.health != nil {
+		// ETP Local always builds the Local set, so its ready members are the count.
+		res.health.LocalEndpoints = len(localReady)
+	}
+	slices.SortFunc(res.ports, func(a, b *ServicePort) int { return comparePortKey(a.Key, b.Key) })
+	return res
+}
+
+// parseService validates the Service fields the core uses; each bad field is a
+// Problem and the field is left out, the rest of the Service still works.
+func parseService(svc *v1.Service, nsn types.NamespacedName, sink problemSink) *svcInfo {
+	spec := &svc.Spec
+	info := &svcInfo{
+		nsn:        nsn,
+		clusterIP:  map[v1.IPFamily]netip.Addr{},
+		allOpen:    map[v1.IPFamily]bool{},
+		publishAll: spec.PublishNotReadyAddresses,
+	}
+	ips, field := spec.ClusterIPs, "spec.clusterIPs[%d]"
+	if len(ips) == 0 {
+		ips, field = []string{spec.ClusterIP}, "spec.clusterIP%.0d"
+	}
+	for i, s := range ips {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil || a.Zone() != "" {
+			sink.add(fmt.Sprintf(field, i), "%q is not an IP address", s)
+			continue
+		}
+		a = a.Unmap()
+		f := familyOf(a)
+		if _, dup := info.clusterIP[f]; dup {
+			sink.add(fmt.Sprintf(field, i), "second %s address %s; only the first is used", f, a)
+			continue
+		}
+		info.clusterIP[f] = a
+	}
+	info.nodePorts = spec.Type == v1.ServiceTypeNodePort || spec.Type == v1.ServiceTypeLoadBalancer
+	info.external = info.nodePorts || len(spec.ExternalIPs) > 0
+	info.itpLocal = spec.InternalTrafficPolicy != nil && *spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal
+	info.etpLocal = info.external && spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
+
+	seen := map[string]bool{}
+	for i, p := range spec.Ports {
+		proto := p.Protocol
+		if proto == "" {
+			proto = v1.ProtocolTCP
+		}
+		switch proto {
+		case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
+		default:
+			sink.add(fmt.Sprintf("spec.ports[%d].protocol", i), "%q is not TCP, UDP or SCTP", p.Protocol)
+			continue
+		}
+		if p.Port < 1 || p.Port > 65535 {
+			sink.add(fmt.Sprintf("spec.ports[%d].port", i), "%d is out of range 1-65535", p.Port)
+			continue
+		}
+		key := p.Name + "/" + string(proto)
+		if seen[key] {
+			sink.add(fmt.Sprintf("spec.ports[%d].name", i), "port name %q with protocol %s is used twice; only the first is proxied", p.Name, proto)
+			continue
+		}
+		seen[key] = true
+		sp := svcPort{name: p.Name, protocol: proto, port: uint16(p.Port), targetPort: p.TargetPort.String()}
+		switch {
+		case p.NodePort < 0 || p.NodePort > 65535:
+			sink.add(fmt.Sprintf("spec.ports[%d].nodePort", i), "%d is out of range 1-65535; no NodePort frontend", p.NodePort)
+		case info.nodePorts:
+			sp.nodePort = uint16(p.NodePort)
+		}
+		info.ports = append(info.ports, sp)
+	}
+
+	for i, s := range spec.ExternalIPs {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil || a.Zone() != "" {
+			sink.add(fmt.Sprintf("spec.externalIPs[%d]", i), "%q is not an IP address", s)
+			continue
+		}
+		info.externalIPs = append(info.externalIPs, a.Unmap())
+	}
+	if spec.Type == v1.ServiceTypeLoadBalancer {
+		for i, ing := range svc.Status.LoadBalancer.Ingress {
+			if ing.IP == "" {
+				continue // hostname only: the load balancer proxies itself
+			}
+			if ing.IPMode != nil && *ing.IPMode == v1.LoadBalancerIPModeProxy {
+				continue // the load balancer rewrites the destination; nothing to capture here
+			}
+			a, err := netip.ParseAddr(strings.TrimSpace(ing.IP))
+			if err != nil || a.Zone() != "" {
+				sink.add(fmt.Sprintf("status.loadBalancer.ingress[%d].ip", i), "%q is not an IP address", ing.IP)
+				continue
+			}
+			info.lbIPs = append(info.lbIPs, a.Unmap())
+		}
+		for i, s := range spec.LoadBalancerSourceRanges {
+			p, err := netip.ParsePrefix(strings.TrimSpace(s))
+			if err != nil {
+				sink.add(fmt.Sprintf("spec.loadBalancerSourceRanges[%d]", i), "%q is not a CIDR; range ignored", s)
+				continue
+			}
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-unmapBits(p.Addr())).Masked()
+			if p.Bits() == 0 {
+				info.allOpen[familyOf(p.Addr())] = true
+			}
+			info.sourceRanges = append(info.sourceRanges, p)
+		}
+		if info.etpLocal {
+			info.needsHC = true
+			if spec.HealthCheckNodePort < 1 || spec.HealthCheckNodePort > 65535 {
+				sink.add("spec.healthCheckNodePort", "%d is not a valid port; externalTrafficPolicy Local on a LoadBalancer needs one", spec.HealthCheckNodePort)
+				info.needsHC = false
+			} else {
+				info.hcPort = uint16(spec.HealthCheckNodePort)
+			}
+		}
+	}
+	if spec.SessionAffinity == v1.ServiceAffinityClientIP {
+		info.affinity = Affinity{ClientIP: true, TimeoutSeconds: DefaultAffinityTimeoutSeconds}
+		if c := spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+			t := *c.ClientIP.TimeoutSeconds
+			if t < 1 || t > 86400 {
+				sink.add("spec.sessionAffinityConfig.clientIP.timeoutSeconds", "%d is out of range 1-86400; using %d", t, DefaultAffinityTimeoutSeconds)
+			} else {
+				info.affinity.TimeoutSeconds = t
+			}
+		}
+	}
+	return info
+}
+
+// unmapBits is how many prefix bits an IPv4-mapped IPv6 address spends on the mapping.
+func unmapBits(a netip.Addr) int {
+	if a.Is4In6() {
+		return 96
+	}
+	return 0
+}
+
+// buildPort assembles one ServicePort of one family.
+func buildPort(e *env, info *svcInfo, fam v1.IPFamily, cip netip.Addr, p svcPort, parsed []*parsedSlice) *ServicePort {
+	sp := &ServicePort{
+		Key:                 PortKey{Service: info.nsn, PortName: p.name, Protocol: p.protocol, Family: fam},
+		ClusterIP:           cip,
+		Port:                p.port,
+		NodePort:            p.nodePort,
+		Protocol:            p.protocol,
+		Affinity:            info.affinity,
+		InternalPolicyLocal: info.itpLocal,
+		ExternalPolicyLocal: info.etpLocal,
+	}
+	sp.Frontends = append(sp.Frontends, Frontend{Kind: FrontendClusterIP, Addr: cip, Port: p.port})
+	if p.nodePort != 0 {
+		for _, a := range e.nodePort[fam] {
+			sp.Frontends = append(sp.Frontends, Frontend{Kind: FrontendNodePort, Addr: a, Port: p.nodePort})
+		}
+	}
+	sp.Frontends = appendFrontends(sp.Frontends, FrontendExternalIP, info.externalIPs, fam, p.port)
+	sp.Frontends = appendFrontends(sp.Frontends, FrontendLoadBalancer, info.lbIPs, fam, p.port)
+	if !info.allOpen[fam] {
+		for _, r := range info.sourceRanges {
+			if familyOf(r.Addr()) == fam {
+				sp.SourceRanges = append(sp.SourceRanges, r)
+			}
+		}
+		slices.SortFunc(sp.SourceRanges, comparePrefix)
+		sp.SourceRanges = slices.Compact(sp.SourceRanges)
+	}
+	if info.needsHC {
+		sp.HealthCheckNodePort = info.hcPort
+	}
+	ld := e.localDetect[fam]
+	sp.Masquerade = Masquerade{
+		All:                e.opts.MasqueradeAll,
+		OffClusterInternal: !e.opts.MasqueradeAll && ld.Implemented(),
+		External:           info.external && !info.etpLocal,
+	}
+	chooseEndpoints(e, info, sp, p, parsed)
+	return sp
+}
+
+// appendFrontends adds one frontend per address of the family, sorted and without repeats.
+func appendFrontends(out []Frontend, kind FrontendKind, addrs []netip.Addr, fam v1.IPFamily, port uint16) []Frontend {
+	start := len(out)
+	for _, a := range addrs {
+		if familyOf(a) == fam {
+			out = append(out, Frontend{Kind: kind, Addr: a, Port: port})
+		}
+	}
+	added := out[start:]
+	slices.SortFunc(added, func(a, b Frontend) int { return a.Addr.Compare(b.Addr) })
+	return append(out[:start], slices.Compact(added)...)
+}
+
+func comparePrefix(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Bits(), b.Bits())
+}
+
+func comparePortKey(a, b PortKey) int {
+	return cmp.Or(
+		cmp.Compare(a.Service.Namespace, b.Service.Namespace),
+		cmp.Compare(a.Service.Name, b.Service.Name),
+		cmp.Compare(a.PortName, b.PortName),
+		cmp.Compare(a.Protocol, b.Protocol),
+		cmp.Compare(a.Family, b.Family),
+	)
+}
