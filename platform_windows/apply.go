@@ -1,0 +1,146 @@
+package hns
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/crossproxy/crossproxy/core"
+)
+
+// lbOp is one load balancer change the differ decided.
+type lbOp struct {
+	kind    opKind
+	owner   Owner
+	desired LoadBalancer // create, update
+	current LoadBalancer // update, delete
+}
+
+type opKind int
+
+const (
+	opCreate opKind = iota
+	opUpdate
+	opDelete
+)
+
+func (k opKind) String() string {
+	return [...]string{"create", "update", "delete"}[k]
+}
+
+// ownedLB is a load balancer crossproxy owns, as HNS last reported it.
+type ownedLB struct {
+	LB    LoadBalancer
+	Owner Owner
+}
+
+// desiredLB is a planned load balancer with endpoint ids resolved.
+type desiredLB struct {
+	LB    LoadBalancer
+	Owner Owner
+}
+
+// diffLoadBalancers compares the desired load balancers of some ports with
+// the owned ones of the same ports, matching them by frontend. It returns the
+// fewest operations: nothing when equal, one update where HNS can modify in
+// place, otherwise a delete and a create.
+func diffLoadBalancers(desired []desiredLB, current []ownedLB, canModify bool) []lbOp {
+	byFrontend := make(map[string]ownedLB, len(current))
+	for _, c := range current {
+		byFrontend[c.LB.Frontend()] = c
+	}
+	var ops []lbOp
+	for _, d := range desired {
+		f := d.LB.Frontend()
+		c, ok := byFrontend[f]
+		delete(byFrontend, f)
+		switch {
+		case !ok:
+			ops = append(ops, lbOp{kind: opCreate, owner: d.Owner, desired: d.LB})
+		case sameLB(c.LB, d.LB):
+			if c.Owner != d.Owner {
+				// Same HNS object, new owner (a Service recreated with the same frontend):
+				// an update with no HNS change records the new owner.
+				ops = append(ops, lbOp{kind: opUpdate, owner: d.Owner, desired: c.LB, current: c.LB})
+			}
+		case canModify:
+			ops = append(ops, lbOp{kind: opUpdate, owner: d.Owner, desired: d.LB, current: c.LB})
+		default:
+			ops = append(ops, lbOp{kind: opDelete, owner: c.Owner, current: c.LB},
+				lbOp{kind: opCreate, owner: d.Owner, desired: d.LB})
+		}
+	}
+	rest := make([]ownedLB, 0, len(byFrontend))
+	for _, c := range byFrontend {
+		rest = append(rest, c)
+	}
+	sort.Slice(rest, func(i, j int) bool { return rest[i].LB.Frontend() < rest[j].LB.Frontend() })
+	for _, c := range rest {
+		ops = append(ops, lbOp{kind: opDelete, owner: c.Owner, current: c.LB})
+	}
+	return ops
+}
+
+// sameLB reports whether two load balancers are the same HNS configuration.
+func sameLB(a, b LoadBalancer) bool {
+	return a.Protocol == b.Protocol && a.ExternalPort == b.ExternalPort && a.InternalPort == b.InternalPort &&
+		a.SourceVIP == b.SourceVIP && a.Flags == b.Flags && a.SourceIPAffinity == b.SourceIPAffinity &&
+		slices.Equal(a.FrontendVIPs, b.FrontendVIPs) && slices.Equal(a.EndpointIDs, b.EndpointIDs)
+}
+
+// resolve turns planned load balancers into desired ones with HNS endpoint
+// ids. Endpoints HNS does not know (a local pod whose endpoint the CNI has not
+// created yet, a remote endpoint whose creation failed) are left out and
+// their ports returned for a retry; a load balancer left with no endpoint is
+// not wanted.
+func resolve(planned []PlannedLB, byIP map[netip.Addr]Endpoint) ([]desiredLB, map[core.PortKey][]netip.Addr) {
+	var out []desiredLB
+	missing := map[core.PortKey][]netip.Addr{}
+	for _, p := range planned {
+		lb := p.LB
+		lb.EndpointIDs = nil
+		for _, ip := range p.Endpoints {
+			ep, ok := byIP[ip]
+			if !ok {
+				missing[p.Owner] = append(missing[p.Owner], ip)
+				continue
+			}
+			lb.EndpointIDs = append(lb.EndpointIDs, ep.ID)
+		}
+		if len(lb.EndpointIDs) == 0 {
+			continue
+		}
+		sort.Strings(lb.EndpointIDs)
+		out = append(out, desiredLB{LB: lb, Owner: ownerOf(p.Owner, p.Kind)})
+	}
+	return out, missing
+}
+
+// parallel runs fn for every item with at most n at a time and returns the
+// errors by index (nil entries for successes). One failure does not stop the
+// others.
+func parallel[T any](ctx context.Context, n int, items []T, fn func(context.Context, T) error) []error {
+	errs := make([]error, len(items))
+	if n < 1 {
+		n = 1
+	}
+	sem := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	for i, it := range items {
+		if ctx.Err() != nil {
+			errs[i] = ctx.Err()
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = fn(ctx, it)
+		}()
+	}
+	wg.Wait()
+	return errs
+}

@@ -1,0 +1,128 @@
+package hns
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/crossproxy/crossproxy/core"
+)
+
+// Owner is the Service port and frontend kind a load balancer was made for.
+type Owner struct {
+	Namespace string            `json:"namespace"`
+	Name      string            `json:"name"`
+	Port      string            `json:"port"`
+	Protocol  v1.Protocol       `json:"protocol"`
+	Family    v1.IPFamily       `json:"family"`
+	Kind      core.FrontendKind `json:"kind"`
+}
+
+func ownerOf(k core.PortKey, kind core.FrontendKind) Owner {
+	return Owner{k.Service.Namespace, k.Service.Name, k.PortName, k.Protocol, k.Family, kind}
+}
+
+// Key is the owner's core.PortKey.
+func (o Owner) Key() core.PortKey {
+	return core.PortKey{Service: o.Service(), PortName: o.Port, Protocol: o.Protocol, Family: o.Family}
+}
+
+// Service is the owning Service.
+func (o Owner) Service() types.NamespacedName {
+	return types.NamespacedName{Namespace: o.Namespace, Name: o.Name}
+}
+
+// LedgerData is crossproxy's record of the HNS load balancers it owns. HNS
+// load balancers carry no name or tag, so ownership lives here: crossproxy
+// only ever modifies or deletes load balancers listed in it.
+type LedgerData struct {
+	// LoadBalancers maps an HNS load balancer id to its owner.
+	LoadBalancers map[string]Owner `json:"loadBalancers"`
+	// Pending maps the frontend of a load balancer being created to its
+	// owner. It is written before the create call, so a load balancer
+	// created just before a crash is recognised (adopted) by its frontend.
+	Pending map[string]Owner `json:"pending,omitempty"`
+}
+
+// Ledger stores LedgerData between runs.
+type Ledger interface {
+	Load() (LedgerData, error)
+	Save(LedgerData) error
+}
+
+// FileLedger keeps the ledger in a JSON file, replaced atomically on save.
+type FileLedger struct{ Path string }
+
+// Load implements Ledger; a missing file is an empty ledger.
+func (l FileLedger) Load() (LedgerData, error) {
+	var d LedgerData
+	b, err := os.ReadFile(l.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return d, nil
+	}
+	if err != nil {
+		return d, fmt.Errorf("read ledger: %w", err)
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		return d, fmt.Errorf("parse ledger %s: %w", l.Path, err)
+	}
+	return d, nil
+}
+
+// Save implements Ledger.
+func (l FileLedger) Save(d LedgerData) error {
+	b, err := json.MarshalIndent(d, "", " ")
+	if err != nil {
+		return fmt.Errorf("encode ledger: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(l.Path), 0o755); err != nil {
+		return fmt.Errorf("save ledger: %w", err)
+	}
+	tmp := l.Path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("save ledger: %w", err)
+	}
+	if err := os.Rename(tmp, l.Path); err != nil {
+		return fmt.Errorf("save ledger: %w", err)
+	}
+	return nil
+}
+
+// MemoryLedger keeps the ledger in memory (tests, render).
+type MemoryLedger struct {
+	mu   sync.Mutex
+	data LedgerData
+}
+
+// Load implements Ledger.
+func (l *MemoryLedger) Load() (LedgerData, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return copyLedger(l.data), nil
+}
+
+// Save implements Ledger.
+func (l *MemoryLedger) Save(d LedgerData) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.data = copyLedger(d)
+	return nil
+}
+
+func copyLedger(d LedgerData) LedgerData {
+	out := LedgerData{LoadBalancers: map[string]Owner{}, Pending: map[string]Owner{}}
+	for k, v := range d.LoadBalancers {
+		out.LoadBalancers[k] = v
+	}
+	for k, v := range d.Pending {
+		out.Pending[k] = v
+	}
+	return out
+}
