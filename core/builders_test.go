@@ -1,0 +1,293 @@
+package core
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Builders for compact test tables. Defaults: namespace "default", a
+// ClusterIP Service with IPv4 ClusterIP 10.96.0.1 and one TCP port "http"
+// 80 → targetPort "http"; slices carry port "http" 8080 TCP.
+
+func ptr[T any](v T) *T { return &v }
+
+func testNode(name, zone string, addrs ...string) *v1.Node {
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
+	if zone != "" {
+		n.Labels[v1.LabelTopologyZone] = zone
+	}
+	for _, a := range addrs {
+		typ := v1.NodeInternalIP
+		if s, ok := strings.CutPrefix(a, "ext:"); ok {
+			typ, a = v1.NodeExternalIP, s
+		}
+		n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: typ, Address: a})
+	}
+	return n
+}
+
+// defaultNode is node "n1" in zone "a" with InternalIPs 192.168.0.1 and fd00::1.
+func defaultNode() *v1.Node { return testNode("n1", "a", "192.168.0.1", "fd00::1") }
+
+type svcMod func(*v1.Service)
+
+func testService(name string, mods ...svcMod) *v1.Service {
+	s := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: v1.ServiceSpec{
+			Type:       v1.ServiceTypeClusterIP,
+			ClusterIP:  "10.96.0.1",
+			ClusterIPs: []string{"10.96.0.1"},
+			Ports:      []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP, TargetPort: intstr.FromString("http")}},
+		},
+	}
+	for _, m := range mods {
+		m(s)
+	}
+	return s
+}
+
+func clusterIPs(ips ...string) svcMod {
+	return func(s *v1.Service) {
+		s.Spec.ClusterIPs = ips
+		s.Spec.ClusterIP = ""
+		if len(ips) > 0 {
+			s.Spec.ClusterIP = ips[0]
+		}
+	}
+}
+
+func svcType(t v1.ServiceType) svcMod { return func(s *v1.Service) { s.Spec.Type = t } }
+
+func nodePort(n int32) svcMod {
+	return func(s *v1.Service) {
+		if s.Spec.Type == v1.ServiceTypeClusterIP {
+			s.Spec.Type = v1.ServiceTypeNodePort
+		}
+		s.Spec.Ports[0].NodePort = n
+	}
+}
+
+func svcPorts(ports ...v1.ServicePort) svcMod { return func(s *v1.Service) { s.Spec.Ports = ports } }
+
+func sport(name string, proto v1.Protocol, port int32) v1.ServicePort {
+	return v1.ServicePort{Name: name, Protocol: proto, Port: port, TargetPort: intstr.FromString(name)}
+}
+
+func itpLocal() svcMod {
+	return func(s *v1.Service) { s.Spec.InternalTrafficPolicy = ptr(v1.ServiceInternalTrafficPolicyLocal) }
+}
+
+func etpLocal() svcMod {
+	return func(s *v1.Service) { s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal }
+}
+
+func externalIPs(ips ...string) svcMod { return func(s *v1.Service) { s.Spec.ExternalIPs = ips } }
+
+// loadBalancer makes the Service a LoadBalancer with NodePort 30080 and ingress
+// entries written "ip", "ip/Proxy" or "host:name".
+func loadBalancer(ingress ...string) svcMod {
+	return func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeLoadBalancer
+		s.Spec.Ports[0].NodePort = 30080
+		for _, in := range ingress {
+			var ing v1.LoadBalancerIngress
+			switch {
+			case strings.HasPrefix(in, "host:"):
+				ing.Hostname = strings.TrimPrefix(in, "host:")
+			case strings.HasSuffix(in, "/Proxy"):
+				ing.IP, ing.IPMode = strings.TrimSuffix(in, "/Proxy"), ptr(v1.LoadBalancerIPModeProxy)
+			case strings.HasSuffix(in, "/VIP"):
+				ing.IP, ing.IPMode = strings.TrimSuffix(in, "/VIP"), ptr(v1.LoadBalancerIPModeVIP)
+			default:
+				ing.IP = in
+			}
+			s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, ing)
+		}
+	}
+}
+
+func sourceRanges(r ...string) svcMod {
+	return func(s *v1.Service) { s.Spec.LoadBalancerSourceRanges = r }
+}
+
+func hcPort(p int32) svcMod { return func(s *v1.Service) { s.Spec.HealthCheckNodePort = p } }
+
+func affinity(timeout *int32) svcMod {
+	return func(s *v1.Service) {
+		s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+		if timeout != nil {
+			s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: timeout}}
+		}
+	}
+}
+
+func svcLabel(k, v string) svcMod {
+	return func(s *v1.Service) {
+		if s.Labels == nil {
+			s.Labels = map[string]string{}
+		}
+		s.Labels[k] = v
+	}
+}
+
+func publishNotReady() svcMod { return func(s *v1.Service) { s.Spec.PublishNotReadyAddresses = true } }
+
+type epMod func(*discovery.Endpoint)
+
+// ep is an endpoint on node (empty: none) with nil conditions.
+func ep(addr, node string, mods ...epMod) discovery.Endpoint {
+	e := discovery.Endpoint{Addresses: []string{addr}}
+	if node != "" {
+		e.NodeName = ptr(node)
+	}
+	for _, m := range mods {
+		m(&e)
+	}
+	return e
+}
+
+func notReady(e *discovery.Endpoint) { e.Conditions.Ready = ptr(false) }
+
+// termServing is a terminating endpoint that still serves.
+func termServing(e *discovery.Endpoint) {
+	e.Conditions = discovery.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(true)}
+}
+
+// termGone is a terminating endpoint that no longer serves.
+func termGone(e *discovery.Endpoint) {
+	e.Conditions = discovery.EndpointConditions{Ready: ptr(false), Serving: ptr(false), Terminating: ptr(true)}
+}
+
+func inZone(z string) epMod { return func(e *discovery.Endpoint) { e.Zone = ptr(z) } }
+
+func forZones(z ...string) epMod {
+	return func(e *discovery.Endpoint) {
+		if e.Hints == nil {
+			e.Hints = &discovery.EndpointHints{}
+		}
+		for _, n := range z {
+			e.Hints.ForZones = append(e.Hints.ForZones, discovery.ForZone{Name: n})
+		}
+	}
+}
+
+func forNodes(n ...string) epMod {
+	return func(e *discovery.Endpoint) {
+		if e.Hints == nil {
+			e.Hints = &discovery.EndpointHints{}
+		}
+		for _, x := range n {
+			e.Hints.ForNodes = append(e.Hints.ForNodes, discovery.ForNode{Name: x})
+		}
+	}
+}
+
+func eport(name string, proto v1.Protocol, port int32) discovery.EndpointPort {
+	return discovery.EndpointPort{Name: ptr(name), Protocol: ptr(proto), Port: ptr(port)}
+}
+
+// testSlice is an IPv4 slice of Service svc with port "http" 8080/TCP unless
+// ports are given with withSlicePorts.
+func testSlice(name, svc string, eps ...discovery.Endpoint) *discovery.EndpointSlice {
+	return &discovery.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{discovery.LabelServiceName: svc}},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       []discovery.EndpointPort{eport("http", v1.ProtocolTCP, 8080)},
+		Endpoints:   eps,
+	}
+}
+
+func v6(s *discovery.EndpointSlice) *discovery.EndpointSlice {
+	s.AddressType = discovery.AddressTypeIPv6
+	return s
+}
+
+func withSlicePorts(s *discovery.EndpointSlice, ports ...discovery.EndpointPort) *discovery.EndpointSlice {
+	s.Ports = ports
+	return s
+}
+
+func svcs(s ...*v1.Service) []*v1.Service                              { return s }
+func eslices(s ...*discovery.EndpointSlice) []*discovery.EndpointSlice { return s }
+
+func mustCompute(t testing.TB, opts Options, node *v1.Node, services []*v1.Service, sl []*discovery.EndpointSlice) *NodeState {
+	t.Helper()
+	st, err := Compute(opts, node, services, sl)
+	if err != nil {
+		t.Fatalf("Compute: %v", err)
+	}
+	return st
+}
+
+func key(svc, port string, proto v1.Protocol, fam v1.IPFamily) PortKey {
+	return PortKey{Service: types.NamespacedName{Namespace: "default", Name: svc}, PortName: port, Protocol: proto, Family: fam}
+}
+
+// httpV4 is the key of the default port of Service svc.
+func httpV4(svc string) PortKey { return key(svc, "http", v1.ProtocolTCP, v1.IPv4Protocol) }
+
+func mustPort(t testing.TB, st *NodeState, k PortKey) *ServicePort {
+	t.Helper()
+	p := st.Ports[k]
+	if p == nil {
+		var have []string
+		for _, q := range st.SortedPorts() {
+			have = append(have, q.Key.String())
+		}
+		t.Fatalf("port %s missing; have %v; problems %v; ignored %v", k, have, st.Problems, st.Ignored)
+	}
+	return p
+}
+
+// eps renders endpoints as "addr:port" strings for comparisons.
+func eps(list []Endpoint) string {
+	var out []string
+	for _, e := range list {
+		out = append(out, e.AddrPort().String())
+	}
+	return strings.Join(out, " ")
+}
+
+func frontends(list []Frontend) string {
+	var out []string
+	for _, f := range list {
+		out = append(out, f.String())
+	}
+	return strings.Join(out, ", ")
+}
+
+func exclusions(list []Exclusion) string {
+	var out []string
+	for _, x := range list {
+		out = append(out, fmt.Sprintf("%s:%d/%s/%s", x.Addr, x.Port, x.Set, x.Reason))
+	}
+	return strings.Join(out, " ")
+}
+
+func problemFields(list []Problem) string {
+	var out []string
+	for _, p := range list {
+		out = append(out, p.Kind+" "+p.Object+" "+p.Field)
+	}
+	return strings.Join(out, "; ")
+}
+
+func prefixes(list []netip.Prefix) string {
+	var out []string
+	for _, p := range list {
+		out = append(out, p.String())
+	}
+	return strings.Join(out, " ")
+}
+
+func mustAddr(s string) netip.Addr     { return netip.MustParseAddr(s) }
+func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }

@@ -1,0 +1,297 @@
+package core
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+)
+
+func changedKeys(ch Changes) []string {
+	var out []string
+	for k := range ch.Ports {
+		out = append(out, k.String())
+	}
+	sort.Strings(out)
+	return out
+}
+
+func newTestTracker(t *testing.T) *Tracker {
+	t.Helper()
+	tr, err := NewTracker(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.SetNode(defaultNode())
+	return tr
+}
+
+func TestTrackerPartialChanges(t *testing.T) {
+	tr := newTestTracker(t)
+	if !tr.Pending() {
+		t.Fatal("new tracker should be pending its first snapshot")
+	}
+	tr.UpsertService(testService("a"))
+	tr.UpsertService(testService("b", clusterIPs("10.96.0.2")))
+	tr.UpsertSlice(testSlice("a-1", "a", ep("10.0.0.1", "n1")))
+	tr.UpsertSlice(testSlice("b-1", "b", ep("10.0.1.1", "n1")))
+	st1, ch := tr.Snapshot()
+	if !ch.Full {
+		t.Fatal("first snapshot not Full")
+	}
+	expectEq(t, "first ports", fmt.Sprint(changedKeys(ch)), "[default/a:http/TCP/v4 default/b:http/TCP/v4]")
+	expectEq(t, "service changes", ch.ServiceChanges, 2)
+	expectEq(t, "endpoint changes", ch.EndpointChanges, 2)
+	if tr.Pending() {
+		t.Fatal("pending after snapshot")
+	}
+
+	st2, ch := tr.Snapshot()
+	if ch.Full || len(ch.Ports) != 0 || ch.ServiceChanges != 0 {
+		t.Fatalf("idle snapshot changes %+v", ch)
+	}
+	if st2.Ports[httpV4("a")] != st1.Ports[httpV4("a")] {
+		t.Fatal("unchanged port is a new pointer")
+	}
+
+	// One slice update changes only Service a; b keeps its pointer; the old
+	// state is untouched.
+	oldA := st2.Ports[httpV4("a")]
+	tr.UpsertSlice(testSlice("a-1", "a", ep("10.0.0.1", "n1"), ep("10.0.0.2", "n2")))
+	st3, ch := tr.Snapshot()
+	expectEq(t, "changed", fmt.Sprint(changedKeys(ch)), "[default/a:http/TCP/v4]")
+	expectEq(t, "full", ch.Full, false)
+	expectEq(t, "new a", eps(st3.Ports[httpV4("a")].ClusterEndpoints), "10.0.0.1:8080 10.0.0.2:8080")
+	expectEq(t, "old a", eps(st2.Ports[httpV4("a")].ClusterEndpoints), "10.0.0.1:8080")
+	if st2.Ports[httpV4("a")] != oldA {
+		t.Fatal("old NodeState was modified")
+	}
+	if st3.Ports[httpV4("b")] != st2.Ports[httpV4("b")] {
+		t.Fatal("untouched Service b got a new pointer")
+	}
+
+	// A re-delivered identical object changes nothing.
+	tr.UpsertService(testService("a"))
+	if !tr.Pending() {
+		t.Fatal("upsert not pending")
+	}
+	st4, ch := tr.Snapshot()
+	expectEq(t, "resync changes", len(ch.Ports), 0)
+	expectEq(t, "resync counted", ch.ServiceChanges, 1)
+	if st4.Ports[httpV4("a")] != st3.Ports[httpV4("a")] {
+		t.Fatal("identical object produced a new pointer")
+	}
+
+	// Adding a port changes just that key.
+	tr.UpsertService(testService("a", svcPorts(sport("http", v1.ProtocolTCP, 80), sport("metrics", v1.ProtocolTCP, 9090))))
+	_, ch = tr.Snapshot()
+	expectEq(t, "added port", fmt.Sprint(changedKeys(ch)), "[default/a:metrics/TCP/v4]")
+}
+
+func TestTrackerDeletes(t *testing.T) {
+	tr := newTestTracker(t)
+	tr.UpsertService(testService("a"))
+	tr.UpsertService(testService("b", clusterIPs("10.96.0.2")))
+	tr.UpsertSlice(testSlice("a-1", "a", ep("10.0.0.1", "n1")))
+	tr.UpsertSlice(testSlice("a-2", "a", ep("10.0.0.2", "n1")))
+	tr.Snapshot()
+
+	tr.DeleteSlice(testSlice("a-1", "a"))
+	st, ch := tr.Snapshot()
+	expectEq(t, "changed", fmt.Sprint(changedKeys(ch)), "[default/a:http/TCP/v4]")
+	expectEq(t, "eps", eps(st.Ports[httpV4("a")].ClusterEndpoints), "10.0.0.2:8080")
+	expectEq(t, "endpoint changes", ch.EndpointChanges, 1)
+
+	tr.DeleteSlice(testSlice("a-2", "a"))
+	st, _ = tr.Snapshot()
+	expectEq(t, "verdict", st.Ports[httpV4("a")].InternalEmpty, VerdictReject)
+
+	tr.DeleteService(testService("b"))
+	st, ch = tr.Snapshot()
+	expectEq(t, "removed", fmt.Sprint(changedKeys(ch)), "[default/b:http/TCP/v4]")
+	if _, ok := st.Ports[httpV4("b")]; ok {
+		t.Fatal("deleted Service still present")
+	}
+	expectEq(t, "ports", len(st.Ports), 1)
+
+	// Deleting something unknown is harmless.
+	tr.DeleteService(testService("nope"))
+	tr.DeleteSlice(testSlice("nope-1", "nope"))
+	tr.UpsertService(nil)
+	tr.UpsertSlice(nil)
+	tr.DeleteService(nil)
+	tr.DeleteSlice(nil)
+	tr.SetNode(nil)
+	_, ch = tr.Snapshot()
+	expectEq(t, "no port changes", len(ch.Ports), 0)
+}
+
+func TestTrackerStaleUDP(t *testing.T) {
+	tr := newTestTracker(t)
+	dns := testService("dns", svcPorts(sport("dns", v1.ProtocolUDP, 53), sport("tcp", v1.ProtocolTCP, 53)), nodePort(30053))
+	tr.UpsertService(dns)
+	slice := func(eps ...discovery.Endpoint) *discovery.EndpointSlice {
+		return withSlicePorts(testSlice("dns-1", "dns", eps...), eport("dns", v1.ProtocolUDP, 5353), eport("tcp", v1.ProtocolTCP, 5353))
+	}
+	tr.UpsertSlice(slice(ep("10.0.0.1", "n1"), ep("10.0.0.2", "n2"), ep("10.0.0.3", "n2")))
+	_, ch := tr.Snapshot()
+	expectEq(t, "no stale on first", len(ch.StaleUDP), 0)
+
+	// 10.0.0.2 goes away, 10.0.0.3 becomes not ready: both are stale for UDP only.
+	tr.UpsertSlice(slice(ep("10.0.0.1", "n1"), ep("10.0.0.3", "n2", notReady)))
+	_, ch = tr.Snapshot()
+	if len(ch.StaleUDP) != 2 {
+		t.Fatalf("stale %+v", ch.StaleUDP)
+	}
+	s := ch.StaleUDP[0]
+	expectEq(t, "key", s.Key, key("dns", "dns", v1.ProtocolUDP, v1.IPv4Protocol))
+	expectEq(t, "endpoint", s.Endpoint.String(), "10.0.0.2:5353")
+	expectEq(t, "second", ch.StaleUDP[1].Endpoint.String(), "10.0.0.3:5353")
+	expectEq(t, "frontends", frontends(s.Frontends), "ClusterIP 10.96.0.1:53, NodePort 192.168.0.1:30053")
+
+	// Deleting the Service makes every used endpoint stale.
+	tr.DeleteService(dns)
+	_, ch = tr.Snapshot()
+	if len(ch.StaleUDP) != 1 || ch.StaleUDP[0].Endpoint.String() != "10.0.0.1:5353" {
+		t.Fatalf("stale after delete %+v", ch.StaleUDP)
+	}
+}
+
+func TestTrackerForceFullAndNode(t *testing.T) {
+	tr := newTestTracker(t)
+	tr.UpsertService(testService("a", itpLocal()))
+	tr.UpsertSlice(testSlice("a-1", "a", ep("10.0.0.1", "n1"), ep("10.0.0.2", "n2")))
+	tr.Snapshot()
+
+	tr.ForceFull()
+	if !tr.Pending() {
+		t.Fatal("ForceFull not pending")
+	}
+	st1, ch := tr.Snapshot()
+	if !ch.Full || len(ch.Ports) != 0 {
+		t.Fatalf("ForceFull changes %+v", ch)
+	}
+	_, ch = tr.Snapshot()
+	expectEq(t, "full once", ch.Full, false)
+
+	// The same Node again (a heartbeat) changes nothing.
+	tr.SetNode(defaultNode())
+	if tr.Pending() {
+		t.Fatal("identical node made the tracker pending")
+	}
+	// Another node name changes which endpoints are local: full recompute.
+	n2 := defaultNode()
+	n2.Name = "n2"
+	tr.SetNode(n2)
+	st2, ch := tr.Snapshot()
+	if !ch.Full {
+		t.Fatal("node change not Full")
+	}
+	expectEq(t, "changed", fmt.Sprint(changedKeys(ch)), "[default/a:http/TCP/v4]")
+	expectEq(t, "local", eps(st2.Ports[httpV4("a")].LocalEndpoints), "10.0.0.2:8080")
+	expectEq(t, "old local", eps(st1.Ports[httpV4("a")].LocalEndpoints), "10.0.0.1:8080")
+	expectEq(t, "node", st2.Node.Name, "n2")
+}
+
+func TestTrackerTriggerTimesAndLists(t *testing.T) {
+	tr := newTestTracker(t)
+	tr.UpsertService(testService("a", loadBalancer("198.51.100.1"), etpLocal(), hcPort(31000)))
+	tr.UpsertService(testService("h", clusterIPs("None")))
+	s := testSlice("a-1", "a", ep("10.0.0.1", "n1"), ep("bad", "n1"))
+	when := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	s.Annotations = map[string]string{AnnotationTriggerTime: when.Format(time.RFC3339)}
+	tr.UpsertSlice(s)
+	orphan := testSlice("o-1", "", ep("10.0.0.9", "n1"))
+	tr.UpsertSlice(orphan)
+	st, ch := tr.Snapshot()
+	if len(ch.TriggerTimes) != 1 || !ch.TriggerTimes[0].Equal(when) {
+		t.Fatalf("trigger times %v", ch.TriggerTimes)
+	}
+	expectEq(t, "problems", problemFields(st.Problems), `EndpointSlice default/a-1 endpoints[1].addresses[0]; EndpointSlice default/o-1 metadata.labels["kubernetes.io/service-name"]`)
+	expectEq(t, "health", fmt.Sprint(st.HealthChecks), "[{default/a 31000 1}]")
+	expectEq(t, "ignored", len(st.Ignored), 1)
+
+	// Fixing the slices clears their problems; the health count follows.
+	s2 := testSlice("a-1", "a", ep("10.0.0.1", "n1"), ep("10.0.0.3", "n1"))
+	tr.UpsertSlice(s2)
+	orphan.Labels[discovery.LabelServiceName] = "a"
+	tr.UpsertSlice(orphan)
+	st, ch = tr.Snapshot()
+	expectEq(t, "no trigger", len(ch.TriggerTimes), 0)
+	expectEq(t, "problems", len(st.Problems), 0)
+	expectEq(t, "health", fmt.Sprint(st.HealthChecks), "[{default/a 31000 3}]")
+	expectEq(t, "eps", eps(st.Ports[httpV4("a")].LocalEndpoints), "10.0.0.1:8080 10.0.0.3:8080 10.0.0.9:8080")
+
+	// Moving a slice to another Service updates both.
+	tr.UpsertService(testService("b", clusterIPs("10.96.0.2")))
+	orphan.Labels[discovery.LabelServiceName] = "b"
+	tr.UpsertSlice(orphan)
+	st, ch = tr.Snapshot()
+	expectEq(t, "changed", fmt.Sprint(changedKeys(ch)), "[default/a:http/TCP/v4 default/b:http/TCP/v4]")
+	expectEq(t, "b", eps(st.Ports[httpV4("b")].ClusterEndpoints), "10.0.0.9:8080")
+
+	// Un-ignoring the headless Service.
+	tr.UpsertService(testService("h", clusterIPs("10.96.0.3")))
+	st, _ = tr.Snapshot()
+	expectEq(t, "ignored", len(st.Ignored), 0)
+	mustPort(t, st, httpV4("h"))
+}
+
+// TestTrackerConcurrent runs informer-like writers against a snapshotting
+// reader; run with -race to check the locking.
+func TestTrackerConcurrent(t *testing.T) {
+	tr := newTestTracker(t)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				name := fmt.Sprintf("s%d-%d", w, i%10)
+				tr.UpsertService(testService(name, clusterIPs(fmt.Sprintf("10.96.%d.%d", w, i%10+1))))
+				tr.UpsertSlice(testSlice(name+"-1", name, ep(fmt.Sprintf("10.%d.0.%d", w, i%200+1), "n1")))
+				if i%7 == 0 {
+					tr.DeleteSlice(testSlice(name+"-1", name))
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 100 {
+			tr.Pending()
+			tr.Snapshot()
+		}
+	}()
+	wg.Wait()
+	<-done
+	st, _ := tr.Snapshot()
+	expectEq(t, "ports", len(st.Ports), 40)
+	// The incremental result equals a fresh computation of the same objects.
+	var services []*v1.Service
+	var sl []*discovery.EndpointSlice
+	for k, s := range tr.services {
+		services = append(services, s)
+		for _, x := range tr.slicesBySvc[k] {
+			sl = append(sl, x)
+		}
+	}
+	assertSameState(t, mustCompute(t, Options{}, defaultNode(), services, sl), st)
+}
+
+func TestSortedPorts(t *testing.T) {
+	st := mustCompute(t, Options{}, defaultNode(), svcs(testService("b"), testService("a", svcPorts(sport("z", v1.ProtocolUDP, 1), sport("z", v1.ProtocolTCP, 1)))), nil)
+	var got []string
+	for _, p := range st.SortedPorts() {
+		got = append(got, p.Key.String())
+	}
+	if !slices.Equal(got, []string{"default/a:z/TCP/v4", "default/a:z/UDP/v4", "default/b:http/TCP/v4"}) {
+		t.Fatalf("order %v", got)
+	}
+}
