@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# msi.sh EXE CONFIG MSI_VERSION STAGE_DIR OUT.msi
+# Builds the crossproxy MSI with wixl from installer/windows/crossproxy.wxs,
+# then sets what wixl cannot express (component attributes, secure properties)
+# with msibuild. With CERT and KEY set, EXE is signed before it is packed and
+# the MSI after it is built.
+set -euo pipefail
+exe=$1 config=$2 version=$3 stage=$4 out=$5
+here=$(cd "$(dirname "$0")" && pwd)
+[[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "msi: version $version is not X.Y.Z" >&2; exit 1; }
+if [ -n "${CERT:-}" ]; then bash "$here/sign.sh" "$exe"; fi
+rm -rf "$stage" && mkdir -p "$stage"
+cp "$exe" "$stage/crossproxy.exe"
+cp "$config" "$stage/config.yaml"
+cp "$here/windows/crossproxy.wxs" "$stage/crossproxy.wxs"
+# wixl resolves Source= relative to the .wxs file, hence the staging directory.
+(cd "$stage" && wixl -a x64 -D Version="$version" -o crossproxy.msi crossproxy.wxs)
+msi="$stage/crossproxy.msi"
+# ConfigFile: 64-bit (256) + NeverOverwrite (128) + Permanent (16). The
+# public properties are Secure so a managed install passes them to the server.
+secure='WIX_DOWNGRADE_DETECTED;WIX_UPGRADE_DETECTED;KUBECONFIG;NETWORKNAME;SOURCEVIP;NODENAME;CLUSTERCIDR;ENABLEDSR;EXTRAARGS'
+msibuild "$msi" -q "UPDATE \`Component\` SET \`Attributes\` = 400 WHERE \`Component\` = 'ConfigFile'"
+msibuild "$msi" -q "UPDATE \`Property\` SET \`Value\` = '$secure' WHERE \`Property\` = 'SecureCustomProperties'"
+# Same-version rebuilds upgrade too (wixl ignores AllowSameVersionUpgrades):
+# MigrateFeatures (1) + IncludeMaximum (512) on the upgrade row.
+# Attributes is part of the Upgrade table's key, so the table is rewritten.
+msiinfo export "$msi" Upgrade | awk -F'\t' 'BEGIN{OFS="\t"} {sub(/\r$/, "")} NR>3 && $7=="WIX_UPGRADE_DETECTED"{$5=513} {printf "%s\r\n", $0}' > "$stage/Upgrade.idt"
+msibuild "$msi" -i "$stage/Upgrade.idt"
+msiinfo export "$msi" Component | grep -qP '^ConfigFile\t.*\t400\t' || { echo "msi: ConfigFile attributes not set" >&2; exit 1; }
+msiinfo export "$msi" Upgrade | grep -qP '\t513\t\tWIX_UPGRADE_DETECTED\r?$' || { echo "msi: upgrade attributes not set" >&2; exit 1; }
+if [ -n "${CERT:-}" ]; then bash "$here/sign.sh" "$msi"; fi
+mkdir -p "$(dirname "$out")"
+mv "$msi" "$out"
+echo "built $out (MSI version $version)"
