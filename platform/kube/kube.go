@@ -1,0 +1,267 @@
+// Package kube follows the Kubernetes API for one node: client-go informers
+// for Services, EndpointSlices and this node's Node feed a core tracker, and
+// a trigger tells the sync loop when something changed. Filtering that the
+// API server can do (Services of other proxies, EndpointSlices of headless
+// Services, other Nodes) is done there, as kube-proxy does, so a large
+// cluster costs the proxy only what it serves.
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/crossproxy/crossproxy/core"
+)
+
+// Sink receives object changes; core.Tracker satisfies it.
+type Sink interface {
+	SetNode(node *v1.Node)
+	UpsertService(svc *v1.Service)
+	DeleteService(svc *v1.Service)
+	UpsertSlice(s *discovery.EndpointSlice)
+	DeleteSlice(s *discovery.EndpointSlice)
+}
+
+// Source runs the informers of one node.
+type Source struct {
+	Client   kubernetes.Interface
+	NodeName string
+	// ProxyName is the service.kubernetes.io/service-proxy-name this proxy
+	// serves (core.Options.ProxyName); other proxies' objects are not listed.
+	ProxyName string
+	Sink      Sink
+	// OnChange is called after a change reached the Sink, once the initial
+	// listing is complete (the sync loop's Trigger). It is called once when
+	// the initial listing completes, so the first sync sees everything.
+	OnChange func()
+	// OnNode, when set, sees every Node update (nil when the Node is
+	// deleted), for health reporting.
+	OnNode func(*v1.Node)
+	// ResyncPeriod is the informers' resync period (kube-proxy's
+	// configSyncPeriod); 0 disables resyncs.
+	ResyncPeriod time.Duration
+	Log          logrus.FieldLogger
+
+	synced chan struct{}
+}
+
+// Selectors returns the label selector for Services and EndpointSlices:
+// exactly this proxy's name label (or no such label) and not headless.
+func Selectors(proxyName string) labels.Selector {
+	var name *labels.Requirement
+	var err error
+	if proxyName == "" {
+		name, err = labels.NewRequirement(core.LabelServiceProxyName, selection.DoesNotExist, nil)
+	} else {
+		name, err = labels.NewRequirement(core.LabelServiceProxyName, selection.Equals, []string{proxyName})
+	}
+	if err != nil {
+		// Only an invalid proxy name gets here; core.Options.Validate
+		// rejects it before a Source is built. Select nothing rather than everything.
+		return labels.Nothing()
+	}
+	headless, _ := labels.NewRequirement(core.LabelHeadless, selection.DoesNotExist, nil)
+	return labels.NewSelector().Add(*name, *headless)
+}
+
+// Run starts the informers, waits for their initial listing, calls OnChange
+// once, and then forwards changes until ctx ends. It returns an error only
+// when the initial listing fails (ctx ended first).
+func (s *Source) Run(ctx context.Context) error {
+	if s.Client == nil || s.Sink == nil || s.NodeName == "" {
+		return errors.New("kube source: Client, Sink and NodeName are required")
+	}
+	s.synced = make(chan struct{})
+	log := s.Log
+	if log == nil {
+		log = logrus.New()
+	}
+	sel := Selectors(s.ProxyName).String()
+	objs := informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }),
+		informers.WithTransform(stripManagedFields))
+	nodes := informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.NodeName).String()
+		}),
+		informers.WithTransform(stripManagedFields))
+
+	svcInf := objs.Core().V1().Services().Informer()
+	sliceInf := objs.Discovery().V1().EndpointSlices().Informer()
+	nodeInf := nodes.Core().V1().Nodes().Informer()
+
+	changed := func() {
+		select {
+		case <-s.synced:
+			if s.OnChange != nil {
+				s.OnChange()
+			}
+		default:
+		}
+	}
+	if _, err := svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { s.upsertService(o, changed) },
+		UpdateFunc: func(_, o any) { s.upsertService(o, changed) },
+		DeleteFunc: func(o any) {
+			if svc, ok := unwrap[*v1.Service](o); ok {
+				s.Sink.DeleteService(svc)
+				changed()
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("add service handler: %w", err)
+	}
+	if _, err := sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { s.upsertSlice(o, changed) },
+		UpdateFunc: func(_, o any) { s.upsertSlice(o, changed) },
+		DeleteFunc: func(o any) {
+			if sl, ok := unwrap[*discovery.EndpointSlice](o); ok {
+				s.Sink.DeleteSlice(sl)
+				changed()
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("add endpointslice handler: %w", err)
+	}
+	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { s.setNode(o, changed) },
+		UpdateFunc: func(_, o any) { s.setNode(o, changed) },
+		DeleteFunc: func(o any) {
+			// The tracker keeps the last Node (its addresses still describe
+			// this host); health reports the node as not eligible.
+			log.WithField("node", s.NodeName).Warn("Node object deleted; keeping its last known addresses")
+			if s.OnNode != nil {
+				s.OnNode(nil)
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("add node handler: %w", err)
+	}
+
+	objs.Start(ctx.Done())
+	nodes.Start(ctx.Done())
+	defer objs.Shutdown()
+	defer nodes.Shutdown()
+
+	start := time.Now()
+	if !cache.WaitForCacheSync(ctx.Done(), svcInf.HasSynced, sliceInf.HasSynced, nodeInf.HasSynced) {
+		return fmt.Errorf("kube source: initial listing of services, endpointslices and node %s: %w", s.NodeName, ctx.Err())
+	}
+	fields := logrus.Fields{
+		"services": len(svcInf.GetStore().ListKeys()), "endpointslices": len(sliceInf.GetStore().ListKeys()),
+		"node": s.NodeName, "took": time.Since(start).Round(time.Millisecond).String(),
+	}
+	if len(nodeInf.GetStore().ListKeys()) == 0 {
+		log.WithFields(fields).Warn("Node object not found: nothing is local and NodePorts have no addresses until it appears (check --hostname-override)")
+	} else {
+		log.WithFields(fields).Info("initial listing complete")
+	}
+	close(s.synced)
+	if s.OnChange != nil {
+		s.OnChange()
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// Synced is closed when the initial listing is complete.
+func (s *Source) Synced() <-chan struct{} { return s.synced }
+
+func (s *Source) upsertService(o any, changed func()) {
+	if svc, ok := o.(*v1.Service); ok {
+		s.Sink.UpsertService(svc)
+		changed()
+	}
+}
+
+func (s *Source) upsertSlice(o any, changed func()) {
+	if sl, ok := o.(*discovery.EndpointSlice); ok {
+		s.Sink.UpsertSlice(sl)
+		changed()
+	}
+}
+
+func (s *Source) setNode(o any, changed func()) {
+	n, ok := o.(*v1.Node)
+	if !ok || n.Name != s.NodeName {
+		return
+	}
+	s.Sink.SetNode(n)
+	if s.OnNode != nil {
+		s.OnNode(n)
+	}
+	changed()
+}
+
+// unwrap returns the object of a delete notification, also when the
+// informer missed the delete and hands over a tombstone.
+func unwrap[T any](o any) (T, bool) {
+	if t, ok := o.(T); ok {
+		return t, true
+	}
+	if tomb, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		t, ok := tomb.Obj.(T)
+		return t, ok
+	}
+	var zero T
+	return zero, false
+}
+
+// stripManagedFields drops server-side-apply bookkeeping, which can be most
+// of an object's size and which the proxy never reads.
+func stripManagedFields(o any) (any, error) {
+	if m, ok := o.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return o, nil
+}
+
+// ClientConfig builds the client configuration: kubeconfig when given (or
+// $KUBECONFIG), in-cluster config otherwise. qps and burst of 0 keep
+// client-go's defaults.
+func ClientConfig(kubeconfig string, qps float32, burst int) (*rest.Config, error) {
+	if kubeconfig == "" {
+		kubeconfig = os.Getenv("KUBECONFIG")
+	}
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
+		}
+	} else {
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster config (give --kubeconfig outside a pod): %w", err)
+		}
+	}
+	if qps > 0 {
+		cfg.QPS = qps
+	}
+	if burst > 0 {
+		cfg.Burst = burst
+	}
+	cfg.UserAgent = "crossproxy"
+	// Protobuf is smaller and faster to decode than JSON for the large
+	// Service and EndpointSlice lists.
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	return cfg, nil
+}

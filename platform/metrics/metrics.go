@@ -1,0 +1,201 @@
+// Package metrics exports crossproxy's Prometheus metrics. Where a metric
+// means what a kube-proxy metric means, it has kube-proxy's name (subsystem
+// kubeproxy), so dashboards and alerts written for kube-proxy keep working;
+// crossproxy's own metrics start with crossproxy_. It uses its own registry,
+// never the global one, so tests and embedders get exactly these series.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/platform"
+)
+
+const kubeProxySubsystem = "kubeproxy"
+
+// Metrics holds every series crossproxy exports.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	SyncDuration        prometheus.Histogram
+	SyncFullDuration    prometheus.Histogram
+	SyncPartialDuration prometheus.Histogram
+	NetworkProgramming  prometheus.Histogram
+	LastSync            prometheus.Gauge
+	LastQueued          prometheus.Gauge
+	ServiceChanges      prometheus.Counter
+	EndpointChanges     prometheus.Counter
+	NoLocalEndpoints    *prometheus.GaugeVec
+	Programmed          *prometheus.GaugeVec
+	SyncFailures        *prometheus.CounterVec
+	Problems            *prometheus.GaugeVec
+
+	now func() time.Time
+}
+
+// syncBuckets are kube-proxy's buckets for the sync duration histograms
+// (1 ms doubling to ~16 s).
+var syncBuckets = prometheus.ExponentialBuckets(0.001, 2, 15)
+
+// programmingBuckets are kube-proxy's buckets for network programming
+// latency: 0.25 s steps to 1 s, 1 s steps to a minute, then coarser.
+func programmingBuckets() []float64 {
+	b := []float64{0.25, 0.5}
+	b = append(b, prometheus.LinearBuckets(1, 1, 59)...)
+	b = append(b, prometheus.LinearBuckets(60, 5, 12)...)
+	b = append(b, prometheus.LinearBuckets(120, 30, 7)...)
+	return b
+}
+
+// New creates the metrics in a fresh registry, with the Go and process
+// collectors that kube-proxy's endpoint also serves.
+func New() *Metrics {
+	m := &Metrics{Registry: prometheus.NewRegistry(), now: time.Now}
+	m.SyncDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Subsystem: kubeProxySubsystem, Name: "sync_proxy_rules_duration_seconds",
+		Help: "SyncProxyRules latency in seconds", Buckets: syncBuckets})
+	m.SyncFullDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Subsystem: kubeProxySubsystem, Name: "sync_full_proxy_rules_duration_seconds",
+		Help: "SyncProxyRules latency in seconds for full resyncs", Buckets: syncBuckets})
+	m.SyncPartialDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Subsystem: kubeProxySubsystem, Name: "sync_partial_proxy_rules_duration_seconds",
+		Help: "SyncProxyRules latency in seconds for partial resyncs", Buckets: syncBuckets})
+	m.NetworkProgramming = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Subsystem: kubeProxySubsystem, Name: "network_programming_duration_seconds",
+		Help: "In Cluster Network Programming Latency in seconds", Buckets: programmingBuckets()})
+	m.LastSync = prometheus.NewGauge(prometheus.GaugeOpts{
+		Subsystem: kubeProxySubsystem, Name: "sync_proxy_rules_last_timestamp_seconds",
+		Help: "The last time proxy rules were successfully synced"})
+	m.LastQueued = prometheus.NewGauge(prometheus.GaugeOpts{
+		Subsystem: kubeProxySubsystem, Name: "sync_proxy_rules_last_queued_timestamp_seconds",
+		Help: "The last time a sync of proxy rules was queued"})
+	m.ServiceChanges = prometheus.NewCounter(prometheus.CounterOpts{
+		Subsystem: kubeProxySubsystem, Name: "sync_proxy_rules_service_changes_total",
+		Help: "Cumulative proxy rules Service changes"})
+	m.EndpointChanges = prometheus.NewCounter(prometheus.CounterOpts{
+		Subsystem: kubeProxySubsystem, Name: "sync_proxy_rules_endpoint_changes_total",
+		Help: "Cumulative proxy rules Endpoint changes"})
+	m.NoLocalEndpoints = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Subsystem: kubeProxySubsystem, Name: "sync_proxy_rules_no_local_endpoints_total",
+		Help: "Number of services with a Local traffic policy and no endpoints"}, []string{"traffic_policy"})
+	m.Programmed = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "crossproxy_programmed_objects",
+		Help: "Objects in force after the last successful sync, by kind (service_ports, frontends, endpoints, health_checks)"},
+		[]string{"kind"})
+	m.SyncFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "crossproxy_sync_failures_total",
+		Help: "Failed syncs by reason (unsupported, timeout, canceled, backend)"}, []string{"reason"})
+	m.Problems = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "crossproxy_input_problems",
+		Help: "Objects (or parts of them) the core rejected in the last computed state, by kind"}, []string{"kind"})
+
+	m.Registry.MustRegister(m.SyncDuration, m.SyncFullDuration, m.SyncPartialDuration, m.NetworkProgramming,
+		m.LastSync, m.LastQueued, m.ServiceChanges, m.EndpointChanges, m.NoLocalEndpoints,
+		m.Programmed, m.SyncFailures, m.Problems,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, p := range []string{"internal", "external"} {
+		m.NoLocalEndpoints.WithLabelValues(p)
+	}
+	for _, k := range []string{"service_ports", "frontends", "endpoints", "health_checks"} {
+		m.Programmed.WithLabelValues(k)
+	}
+	return m
+}
+
+// Handler serves the registry in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
+
+// Queued records that a sync was queued (platform.Runner.OnQueued).
+func (m *Metrics) Queued(at time.Time) {
+	m.LastQueued.Set(float64(at.UnixNano()) / 1e9)
+}
+
+// ObserveSync records one finished sync (platform.Runner.OnSync).
+func (m *Metrics) ObserveSync(res platform.SyncResult) {
+	m.ServiceChanges.Add(float64(res.Changes.ServiceChanges))
+	m.EndpointChanges.Add(float64(res.Changes.EndpointChanges))
+	if res.State != nil {
+		problems := map[string]int{}
+		for _, p := range res.State.Problems {
+			problems[p.Kind]++
+		}
+		m.Problems.Reset()
+		for k, n := range problems {
+			m.Problems.WithLabelValues(k).Set(float64(n))
+		}
+	}
+	if res.Err != nil {
+		m.SyncFailures.WithLabelValues(FailureReason(res.Err)).Inc()
+		return
+	}
+	d := res.Duration.Seconds()
+	m.SyncDuration.Observe(d)
+	if res.Full {
+		m.SyncFullDuration.Observe(d)
+	} else {
+		m.SyncPartialDuration.Observe(d)
+	}
+	done := res.Start.Add(res.Duration)
+	m.LastSync.Set(float64(done.UnixNano()) / 1e9)
+	for _, t := range res.Changes.TriggerTimes {
+		if lat := done.Sub(t); lat >= 0 {
+			m.NetworkProgramming.Observe(lat.Seconds())
+		}
+	}
+	if res.State != nil {
+		m.observeState(res.State)
+	}
+}
+
+func (m *Metrics) observeState(st *core.NodeState) {
+	var frontends, endpoints, noLocalInternal, noLocalExternal int
+	for _, p := range st.Ports {
+		frontends += len(p.Frontends)
+		endpoints += len(p.ClusterEndpoints)
+		noLocal := len(p.LocalEndpoints) == 0 && len(p.ClusterEndpoints) > 0
+		if noLocal && p.InternalPolicyLocal {
+			noLocalInternal++
+		}
+		if noLocal && p.ExternalPolicyLocal && hasExternal(p) {
+			noLocalExternal++
+		}
+	}
+	m.Programmed.WithLabelValues("service_ports").Set(float64(len(st.Ports)))
+	m.Programmed.WithLabelValues("frontends").Set(float64(frontends))
+	m.Programmed.WithLabelValues("endpoints").Set(float64(endpoints))
+	m.Programmed.WithLabelValues("health_checks").Set(float64(len(st.HealthChecks)))
+	m.NoLocalEndpoints.WithLabelValues("internal").Set(float64(noLocalInternal))
+	m.NoLocalEndpoints.WithLabelValues("external").Set(float64(noLocalExternal))
+}
+
+func hasExternal(p *core.ServicePort) bool {
+	for _, f := range p.Frontends {
+		if f.Kind.External() {
+			return true
+		}
+	}
+	return false
+}
+
+// FailureReason classifies a sync error for crossproxy_sync_failures_total.
+func FailureReason(err error) string {
+	switch {
+	case errors.Is(err, platform.ErrUnsupported):
+		return "unsupported"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return "backend"
+}
