@@ -29,6 +29,8 @@ type Fake struct {
 	lbs      map[string]LoadBalancer
 	calls    map[string]int
 	nextID   int
+	inFlight int
+	maxIn    int
 }
 
 // NewFake returns a fake HNS with one network and the given features.
@@ -81,11 +83,20 @@ func (f *Fake) TotalCalls() int {
 	return n
 }
 
-// ResetCalls zeroes the call counters.
+// ResetCalls zeroes the call counters and the in-flight maximum.
 func (f *Fake) ResetCalls() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = map[string]int{}
+	f.maxIn = 0
+}
+
+// MaxInFlight is the most calls that were in progress at once since the last
+// ResetCalls (with Latency set, this shows the applier's concurrency bound).
+func (f *Fake) MaxInFlight() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.maxIn
 }
 
 // LoadBalancers returns a snapshot of every load balancer, sorted by frontend.
@@ -125,6 +136,8 @@ func (f *Fake) sortedEndpoints() []Endpoint {
 func (f *Fake) call(ctx context.Context, method, arg string) error {
 	f.mu.Lock()
 	f.calls[method]++
+	f.inFlight++
+	f.maxIn = max(f.maxIn, f.inFlight)
 	f.mu.Unlock()
 	if f.Latency > 0 {
 		sleep := f.Sleep
@@ -133,6 +146,9 @@ func (f *Fake) call(ctx context.Context, method, arg string) error {
 		}
 		sleep(f.Latency)
 	}
+	f.mu.Lock()
+	f.inFlight--
+	f.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -1,0 +1,171 @@
+package hns
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/crossproxy/crossproxy/core"
+)
+
+// scale builds n ClusterIP Services with two endpoints each: a local pod
+// (whose HNS endpoint the CNI made) and a pod on another node.
+type scale struct {
+	fake    *Fake
+	backend *Backend
+	ports   []*core.ServicePort
+}
+
+func newScale(tb testing.TB, n int, features Features, concurrency int) *scale {
+	nw := Network{Name: "vxlan0", Type: NetworkOverlay, RemoteSubnets: []RemoteSubnet{{Prefix: netip.MustParsePrefix("10.245.0.0/16"), ProviderAddress: ip("192.168.0.12")}}}
+	s := &scale{fake: NewFake(nw, features)}
+	for i := range n {
+		l := netip.AddrFrom4([4]byte{10, 244, byte(i >> 8), byte(i)})
+		r := netip.AddrFrom4([4]byte{10, 245, byte(i >> 8), byte(i)})
+		s.fake.AddLocalEndpoint(fmt.Sprintf("pod-%d", i), l)
+		cip := netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)})
+		s.ports = append(s.ports, port(fmt.Sprintf("svc-%d", i), cip.String(), []core.Endpoint{local(l.String(), 8080), remote(r.String(), 8080)}))
+	}
+	log := logrus.New()
+	log.SetLevel(logrus.WarnLevel)
+	b, err := New(s.fake, Config{NetworkName: "vxlan0", Ledger: &MemoryLedger{}, Concurrency: concurrency}, log)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s.backend = b
+	return s
+}
+
+func (s *scale) state() *core.NodeState { return state(s.ports...) }
+
+// TestInitialProgramCallsAndConcurrency: the initial program of n Services
+// costs the four reads plus one create per remote endpoint and per load
+// balancer, with the configured number of calls in flight.
+func TestInitialProgramCallsAndConcurrency(t *testing.T) {
+	const n = 64
+	s := newScale(t, n, AllFeatures, 4)
+	s.fake.Latency = 2 * time.Millisecond
+	if err := s.backend.Sync(context.Background(), s.state(), core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"Features": 1, "GetNetwork": 1, "ListEndpoints": 1, "ListLoadBalancers": 1, "CreateRemoteEndpoint": n, "CreateLoadBalancer": n}
+	if got := s.fake.Calls(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("calls %v, want %v", got, want)
+	}
+	if m := s.fake.MaxInFlight(); m != 4 {
+		t.Fatalf("max calls in flight %d, want the bound 4", m)
+	}
+}
+
+// TestRemoteEndpointReplacedCalls: a remote pod replaced by another costs a
+// remote endpoint create and one modify (a delete and a create without
+// modify): at most 3 calls. The old remote endpoint is collected by the next
+// full sync, off the hot path.
+func TestRemoteEndpointReplacedCalls(t *testing.T) {
+	for _, c := range []struct {
+		features Features
+		want     int
+	}{{AllFeatures, 2}, {Features{}, 3}} {
+		s := newScale(t, 3, c.features, 0)
+		if err := s.backend.Sync(context.Background(), s.state(), core.Changes{Full: true}); err != nil {
+			t.Fatal(err)
+		}
+		s.fake.ResetCalls()
+		changed := s.replaceRemote(1)
+		if err := s.backend.Sync(context.Background(), s.state(), changed); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.fake.TotalCalls(); got != c.want {
+			t.Fatalf("modify=%v: %d calls (%v), want %d", c.features.ModifyLoadBalancer, got, s.fake.Calls(), c.want)
+		}
+	}
+}
+
+// replaceRemote gives Service i a new remote pod and returns the change.
+func (s *scale) replaceRemote(i int) core.Changes {
+	p := *s.ports[i]
+	p.ClusterEndpoints = []core.Endpoint{p.ClusterEndpoints[0], remote(fmt.Sprintf("10.245.%d.%d", 200, i), 8080)}
+	s.ports[i] = &p
+	return core.Changes{Ports: map[core.PortKey]struct{}{p.Key: {}}}
+}
+
+// dropRemote removes Service i's remote endpoint (it went not-ready).
+func (s *scale) dropRemote(i int) core.Changes {
+	p := *s.ports[i]
+	p.ClusterEndpoints = p.ClusterEndpoints[:1]
+	s.ports[i] = &p
+	return core.Changes{Ports: map[core.PortKey]struct{}{p.Key: {}}}
+}
+
+// BenchmarkInitialProgram2000 programs 2,000 Services (2 endpoints each, one
+// remote) into a fake HNS that sleeps 30 ms per call. The sleeps are real and
+// unscaled, so the wall time is the simulated HNS time.
+func BenchmarkInitialProgram2000(b *testing.B) {
+	for _, conc := range []int{1, DefaultConcurrency} {
+		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
+			if conc == 1 && testing.Short() {
+				b.Skip("serial run takes 2 minutes")
+			}
+			for range b.N {
+				s := newScale(b, 2000, AllFeatures, conc)
+				s.fake.Latency = 30 * time.Millisecond
+				st := s.state()
+				start := time.Now()
+				if err := s.backend.Sync(context.Background(), st, core.Changes{Full: true}); err != nil {
+					b.Fatal(err)
+				}
+				d := time.Since(start)
+				b.ReportMetric(float64(s.fake.TotalCalls()), "hns-calls")
+				b.ReportMetric(d.Seconds(), "simulated-s")
+				b.ReportMetric(float64(s.fake.MaxInFlight()), "max-in-flight")
+				if conc == DefaultConcurrency && d > 60*time.Second {
+					b.Errorf("initial program took %s, target 60s", d)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkEndpointChange measures one endpoint change after the initial
+// program of 2,000 Services, with the fake at 30 ms per call, with and
+// without HNS' in-place modify.
+func BenchmarkEndpointChange(b *testing.B) {
+	for _, c := range []struct {
+		name     string
+		features Features
+		change   func(*scale, int) core.Changes
+		target   int
+	}{
+		{"removed/modify", AllFeatures, (*scale).dropRemote, 1},
+		{"removed/no-modify", Features{}, (*scale).dropRemote, 3},
+		{"replaced-remote/modify", AllFeatures, (*scale).replaceRemote, 3},
+		{"replaced-remote/no-modify", Features{}, (*scale).replaceRemote, 3},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := newScale(b, 2000, c.features, 0)
+			if err := s.backend.Sync(context.Background(), s.state(), core.Changes{Full: true}); err != nil {
+				b.Fatal(err)
+			}
+			s.fake.Latency = 30 * time.Millisecond
+			b.ResetTimer()
+			calls := 0
+			for i := range b.N {
+				ch := c.change(s, i%2000)
+				s.fake.ResetCalls()
+				if err := s.backend.Sync(context.Background(), s.state(), ch); err != nil {
+					b.Fatal(err)
+				}
+				calls = max(calls, s.fake.TotalCalls())
+			}
+			b.ReportMetric(float64(calls), "hns-calls")
+			if calls > c.target {
+				b.Errorf("%d HNS calls for one endpoint change, target %d", calls, c.target)
+			}
+		})
+	}
+}

@@ -1,0 +1,265 @@
+//go:build windows
+
+package hns
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	"github.com/Microsoft/hcsshim/hcn"
+)
+
+// HCN is the real HNS, reached through github.com/Microsoft/hcsshim/hcn. It
+// only converts between hcn's types and this package's; every decision is
+// made by the planner, differ and applier, which are tested with Fake.
+type HCN struct{}
+
+var _ HNS = HCN{}
+
+// Features implements HNS from hcn's version-based feature table.
+func (HCN) Features(context.Context) (Features, error) {
+	f, err := hcn.GetCachedSupportedFeatures()
+	if err != nil {
+		return Features{}, fmt.Errorf("query HNS version: %w", err)
+	}
+	return Features{
+		DSR:                f.DSR,
+		IPv6DualStack:      f.IPv6DualStack,
+		ModifyLoadBalancer: f.ModifyLoadbalancer,
+		SessionAffinity:    f.SessionAffinity,
+		RemoteSubnet:       f.RemoteSubnet,
+	}, nil
+}
+
+// GetNetwork implements HNS.
+func (HCN) GetNetwork(_ context.Context, name string) (Network, error) {
+	nw, err := hcn.GetNetworkByName(name)
+	if err != nil {
+		return Network{}, fmt.Errorf("get network %q: %w", name, mapErr(err))
+	}
+	return networkFromHCN(nw)
+}
+
+// ListEndpoints implements HNS. An endpoint with several IP configurations
+// (dual-stack pods) is returned once per address, with the same id.
+func (HCN) ListEndpoints(_ context.Context, networkID string) ([]Endpoint, error) {
+	eps, err := hcn.ListEndpointsOfNetwork(networkID)
+	if err != nil {
+		return nil, fmt.Errorf("list endpoints of network %s: %w", networkID, mapErr(err))
+	}
+	var out []Endpoint
+	for i := range eps {
+		out = append(out, endpointsFromHCN(&eps[i])...)
+	}
+	return out, nil
+}
+
+// CreateRemoteEndpoint implements HNS.
+func (HCN) CreateRemoteEndpoint(_ context.Context, networkID string, ep Endpoint) (Endpoint, error) {
+	req, err := remoteEndpointToHCN(ep)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	nw := &hcn.HostComputeNetwork{Id: networkID}
+	got, err := nw.CreateRemoteEndpoint(req)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("create remote endpoint %s: %w", ep.IP, mapErr(err))
+	}
+	for _, e := range endpointsFromHCN(got) {
+		if e.IP == ep.IP {
+			return e, nil
+		}
+	}
+	return Endpoint{}, fmt.Errorf("create remote endpoint %s: HNS returned endpoint %s without that address", ep.IP, got.Id)
+}
+
+// DeleteEndpoint implements HNS.
+func (HCN) DeleteEndpoint(_ context.Context, id string) error {
+	if err := (&hcn.HostComputeEndpoint{Id: id}).Delete(); err != nil {
+		return fmt.Errorf("delete endpoint %s: %w", id, mapErr(err))
+	}
+	return nil
+}
+
+// ListLoadBalancers implements HNS.
+func (HCN) ListLoadBalancers(context.Context) ([]LoadBalancer, error) {
+	lbs, err := hcn.ListLoadBalancers()
+	if err != nil {
+		return nil, fmt.Errorf("list load balancers: %w", mapErr(err))
+	}
+	out := make([]LoadBalancer, 0, len(lbs))
+	for i := range lbs {
+		out = append(out, loadBalancerFromHCN(&lbs[i]))
+	}
+	return out, nil
+}
+
+// CreateLoadBalancer implements HNS.
+func (HCN) CreateLoadBalancer(_ context.Context, lb LoadBalancer) (LoadBalancer, error) {
+	got, err := loadBalancerToHCN(lb).Create()
+	if err != nil {
+		return LoadBalancer{}, fmt.Errorf("create load balancer %s: %w", lb.Frontend(), mapErr(err))
+	}
+	return loadBalancerFromHCN(got), nil
+}
+
+// UpdateLoadBalancer implements HNS with HNS' in-place modify.
+func (HCN) UpdateLoadBalancer(_ context.Context, id string, lb LoadBalancer) (LoadBalancer, error) {
+	got, err := loadBalancerToHCN(lb).Update(id)
+	if err != nil {
+		return LoadBalancer{}, fmt.Errorf("modify load balancer %s (%s): %w", lb.Frontend(), id, mapErr(err))
+	}
+	return loadBalancerFromHCN(got), nil
+}
+
+// DeleteLoadBalancer implements HNS.
+func (HCN) DeleteLoadBalancer(_ context.Context, id string) error {
+	if err := (&hcn.HostComputeLoadBalancer{Id: id}).Delete(); err != nil {
+		return fmt.Errorf("delete load balancer %s: %w", id, mapErr(err))
+	}
+	return nil
+}
+
+// mapErr adds this package's sentinel errors to hcn's so callers can branch
+// on them with errors.Is.
+func mapErr(err error) error {
+	var nwNotFound hcn.NetworkNotFoundError
+	var epNotFound hcn.EndpointNotFoundError
+	var lbNotFound hcn.LoadBalancerNotFoundError
+	switch {
+	case hcn.IsElementNotFoundError(err), errors.As(err, &nwNotFound), errors.As(err, &epNotFound), errors.As(err, &lbNotFound):
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	case hcn.IsPortAlreadyExistsError(err):
+		return fmt.Errorf("%w: %w", ErrDuplicateFrontend, err)
+	}
+	return err
+}
+
+func networkFromHCN(nw *hcn.HostComputeNetwork) (Network, error) {
+	out := Network{ID: strings.ToLower(nw.Id), Name: nw.Name, Type: NetworkType(nw.Type)}
+	for _, p := range nw.Policies {
+		if p.Type != hcn.RemoteSubnetRoute {
+			continue
+		}
+		var s hcn.RemoteSubnetRoutePolicySetting
+		if err := json.Unmarshal(p.Settings, &s); err != nil {
+			return Network{}, fmt.Errorf("network %q: RemoteSubnetRoute policy: %w", nw.Name, err)
+		}
+		prefix, err1 := netip.ParsePrefix(s.DestinationPrefix)
+		pa, err2 := netip.ParseAddr(s.ProviderAddress)
+		if err := errors.Join(err1, err2); err != nil {
+			return Network{}, fmt.Errorf("network %q: RemoteSubnetRoute policy: %w", nw.Name, err)
+		}
+		out.RemoteSubnets = append(out.RemoteSubnets, RemoteSubnet{Prefix: prefix.Masked(), ProviderAddress: pa})
+	}
+	return out, nil
+}
+
+func endpointsFromHCN(ep *hcn.HostComputeEndpoint) []Endpoint {
+	base := Endpoint{ID: strings.ToLower(ep.Id), Name: ep.Name, Remote: ep.Flags&hcn.EndpointFlagsRemoteEndpoint != 0, MAC: ep.MacAddress}
+	for _, p := range ep.Policies {
+		if p.Type != hcn.NetworkProviderAddress {
+			continue
+		}
+		var s hcn.ProviderAddressEndpointPolicySetting
+		if json.Unmarshal(p.Settings, &s) == nil {
+			base.ProviderAddress, _ = netip.ParseAddr(s.ProviderAddress)
+		}
+	}
+	var out []Endpoint
+	for _, c := range ep.IpConfigurations {
+		a, err := netip.ParseAddr(c.IpAddress)
+		if err != nil {
+			continue // an endpoint without a usable address cannot back a load balancer
+		}
+		e := base
+		e.IP = a.Unmap()
+		out = append(out, e)
+	}
+	return out
+}
+
+func remoteEndpointToHCN(ep Endpoint) (*hcn.HostComputeEndpoint, error) {
+	out := &hcn.HostComputeEndpoint{
+		Name:             ep.Name,
+		IpConfigurations: []hcn.IpConfig{{IpAddress: ep.IP.String()}},
+		MacAddress:       ep.MAC,
+		Flags:            hcn.EndpointFlagsRemoteEndpoint,
+		SchemaVersion:    hcn.V2SchemaVersion(),
+	}
+	if ep.ProviderAddress.IsValid() {
+		s, err := json.Marshal(hcn.ProviderAddressEndpointPolicySetting{ProviderAddress: ep.ProviderAddress.String()})
+		if err != nil {
+			return nil, fmt.Errorf("remote endpoint %s: provider address policy: %w", ep.IP, err)
+		}
+		out.Policies = append(out.Policies, hcn.EndpointPolicy{Type: hcn.NetworkProviderAddress, Settings: s})
+	}
+	return out, nil
+}
+
+func loadBalancerToHCN(lb LoadBalancer) *hcn.HostComputeLoadBalancer {
+	out := &hcn.HostComputeLoadBalancer{
+		HostComputeEndpoints: append([]string(nil), lb.EndpointIDs...),
+		SchemaVersion:        hcn.V2SchemaVersion(),
+		Flags:                hcn.LoadBalancerFlagsNone,
+	}
+	if lb.SourceVIP.IsValid() {
+		out.SourceVIP = lb.SourceVIP.String()
+	}
+	for _, v := range lb.FrontendVIPs {
+		out.FrontendVIPs = append(out.FrontendVIPs, v.String())
+	}
+	if lb.Flags.DSR {
+		out.Flags |= hcn.LoadBalancerFlagsDSR
+	}
+	if lb.Flags.IPv6 {
+		out.Flags |= hcn.LoadBalancerFlagsIPv6
+	}
+	pm := hcn.LoadBalancerPortMapping{Protocol: uint32(lb.Protocol), InternalPort: lb.InternalPort, ExternalPort: lb.ExternalPort}
+	if lb.Flags.LocalRoutedVIP {
+		pm.Flags |= hcn.LoadBalancerPortMappingFlagsLocalRoutedVIP
+	}
+	if lb.Flags.PreserveDIP {
+		pm.Flags |= hcn.LoadBalancerPortMappingFlagsPreserveDIP
+	}
+	if lb.SourceIPAffinity {
+		pm.DistributionType = hcn.LoadBalancerDistributionSourceIP
+	}
+	out.PortMappings = []hcn.LoadBalancerPortMapping{pm}
+	return out
+}
+
+// loadBalancerFromHCN converts what HNS reports. Only the flag bits
+// crossproxy sets are kept, so a load balancer HNS annotated with other bits
+// still compares equal to the plan and is not rewritten on every sync.
+func loadBalancerFromHCN(lb *hcn.HostComputeLoadBalancer) LoadBalancer {
+	out := LoadBalancer{
+		ID:    strings.ToLower(lb.Id),
+		Flags: LBFlags{DSR: lb.Flags&hcn.LoadBalancerFlagsDSR != 0, IPv6: lb.Flags&hcn.LoadBalancerFlagsIPv6 != 0},
+	}
+	out.SourceVIP, _ = netip.ParseAddr(lb.SourceVIP)
+	for _, v := range lb.FrontendVIPs {
+		if a, err := netip.ParseAddr(v); err == nil {
+			out.FrontendVIPs = append(out.FrontendVIPs, a.Unmap())
+		}
+	}
+	sort.Slice(out.FrontendVIPs, func(i, j int) bool { return out.FrontendVIPs[i].Less(out.FrontendVIPs[j]) })
+	for _, id := range lb.HostComputeEndpoints {
+		out.EndpointIDs = append(out.EndpointIDs, strings.ToLower(id))
+	}
+	sort.Strings(out.EndpointIDs)
+	if len(lb.PortMappings) > 0 {
+		pm := lb.PortMappings[0]
+		out.Protocol = Protocol(pm.Protocol)
+		out.InternalPort, out.ExternalPort = pm.InternalPort, pm.ExternalPort
+		out.Flags.LocalRoutedVIP = pm.Flags&hcn.LoadBalancerPortMappingFlagsLocalRoutedVIP != 0
+		out.Flags.PreserveDIP = pm.Flags&hcn.LoadBalancerPortMappingFlagsPreserveDIP != 0
+		out.SourceIPAffinity = pm.DistributionType == hcn.LoadBalancerDistributionSourceIP
+	}
+	return out
+}

@@ -1,0 +1,82 @@
+//go:build windows
+
+package hns
+
+import (
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"reflect"
+	"testing"
+
+	"github.com/Microsoft/hcsshim/hcn"
+)
+
+// TestHCNLoadBalancerRoundTrip: what crossproxy sends, serialised as HNS
+// receives it and read back, compares equal, so an unchanged load balancer
+// is not rewritten on every full sync.
+func TestHCNLoadBalancerRoundTrip(t *testing.T) {
+	for _, lb := range []LoadBalancer{
+		{ID: "abc", Protocol: ProtocolTCP, FrontendVIPs: []netip.Addr{ip("10.0.0.11"), ip("192.168.0.11")}, ExternalPort: 30080, InternalPort: 8080,
+			SourceVIP: ip("10.244.1.2"), EndpointIDs: []string{"a", "b"}, Flags: LBFlags{DSR: true, LocalRoutedVIP: true}, SourceIPAffinity: true},
+		{ID: "def", Protocol: ProtocolUDP, FrontendVIPs: []netip.Addr{ip("fd00:96::10")}, ExternalPort: 53, InternalPort: 53,
+			EndpointIDs: []string{"c"}, Flags: LBFlags{IPv6: true, PreserveDIP: true}},
+	} {
+		h := loadBalancerToHCN(lb)
+		h.Id = lb.ID
+		b, err := json.Marshal(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back hcn.HostComputeLoadBalancer
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		if got := loadBalancerFromHCN(&back); !reflect.DeepEqual(got, lb) || !sameLB(got, lb) {
+			t.Fatalf("round trip of %s:\n got %+v\nwant %+v\njson %s", lb.Frontend(), got, lb, b)
+		}
+	}
+	h := loadBalancerToHCN(LoadBalancer{Flags: LBFlags{DSR: true, IPv6: true, LocalRoutedVIP: true}, SourceIPAffinity: true})
+	if h.Flags != hcn.LoadBalancerFlagsDSR|hcn.LoadBalancerFlagsIPv6 || h.PortMappings[0].Flags != hcn.LoadBalancerPortMappingFlagsLocalRoutedVIP ||
+		h.PortMappings[0].DistributionType != hcn.LoadBalancerDistributionSourceIP {
+		t.Fatalf("HNS bits: %+v", h)
+	}
+}
+
+func TestHCNNetworkAndEndpoints(t *testing.T) {
+	s, _ := json.Marshal(hcn.RemoteSubnetRoutePolicySetting{DestinationPrefix: "10.244.2.0/24", ProviderAddress: "192.168.0.12"})
+	nw, err := networkFromHCN(&hcn.HostComputeNetwork{Id: "NET-ID", Name: "vxlan0", Type: hcn.Overlay, Policies: []hcn.NetworkPolicy{
+		{Type: hcn.RemoteSubnetRoute, Settings: s}, {Type: hcn.ProviderAddress, Settings: json.RawMessage(`{"ProviderAddress":"192.168.0.11"}`)},
+	}})
+	want := Network{ID: "net-id", Name: "vxlan0", Type: NetworkOverlay, RemoteSubnets: []RemoteSubnet{{netip.MustParsePrefix("10.244.2.0/24"), ip("192.168.0.12")}}}
+	if err != nil || !reflect.DeepEqual(nw, want) {
+		t.Fatalf("network %+v %v", nw, err)
+	}
+	if _, err := networkFromHCN(&hcn.HostComputeNetwork{Name: "bad", Policies: []hcn.NetworkPolicy{{Type: hcn.RemoteSubnetRoute, Settings: json.RawMessage(`{"DestinationPrefix":"x"}`)}}}); err == nil {
+		t.Fatal("a malformed remote subnet must be an error")
+	}
+
+	req, err := remoteEndpointToHCN(Endpoint{Name: RemoteEndpointPrefix + "10.244.2.7", IP: ip("10.244.2.7"), ProviderAddress: ip("192.168.0.12"), MAC: "02-11-0a-f4-02-07"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Id = "EP-1"
+	req.IpConfigurations = append(req.IpConfigurations, hcn.IpConfig{IpAddress: "fd00:2::7"})
+	got := endpointsFromHCN(req)
+	base := Endpoint{ID: "ep-1", Name: RemoteEndpointPrefix + "10.244.2.7", Remote: true, ProviderAddress: ip("192.168.0.12"), MAC: "02-11-0a-f4-02-07"}
+	v4, v6 := base, base
+	v4.IP, v6.IP = ip("10.244.2.7"), ip("fd00:2::7")
+	if !reflect.DeepEqual(got, []Endpoint{v4, v6}) {
+		t.Fatalf("endpoints %+v", got)
+	}
+}
+
+func TestHCNErrorMapping(t *testing.T) {
+	if err := mapErr(hcn.LoadBalancerNotFoundError{LoadBalancerId: "x"}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("not found: %v", err)
+	}
+	other := errors.New("other")
+	if err := mapErr(other); err != other {
+		t.Fatalf("other errors pass through: %v", err)
+	}
+}
