@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/platform"
+	"github.com/crossproxy/crossproxy/platform/debug"
+	"github.com/crossproxy/crossproxy/platform/explain"
+	"github.com/crossproxy/crossproxy/platform/kube"
+	"github.com/crossproxy/crossproxy/platform/manifest"
+)
+
+func init() { addCommand(newExplainCommand) }
+
+// explainOptions is everything `crossproxy explain` is configured with.
+type explainOptions struct {
+	nodeName    string
+	output      string
+	manifests   []string
+	kubeconfig  string
+	debugURL    string
+	timeout     time.Duration
+	backend     platform.BackendConfig
+	coreOptions func() (core.Options, error)
+}
+
+func newExplainCommand() *cobra.Command {
+	eo := &explainOptions{}
+	cmd := &cobra.Command{
+		Use:   "explain NAMESPACE/SERVICE",
+		Short: "Show one Service in four layers (declared, published, computed, programmed) and name the first mismatch",
+		Long: `explain shows one Service the way it can fail, layer by layer:
+  1. declared: the Service (type, families, ports, traffic policies, trafficDistribution, affinity, selector);
+  2. published: its EndpointSlices (addresses, ports, conditions, node, zone, hints);
+  3. computed: what crossproxy decides for this node (per frontend the eligible endpoints,
+     and every other endpoint with the reason it was left out);
+  4. programmed: what this node's data plane holds, read back from nftables or HNS (plus the
+     live conntrack entries on Linux), compared with layer 3.
+It names the first mismatch in plain words.
+
+The objects come from --manifests, or from the API server (--kubeconfig, $KUBECONFIG or the
+in-cluster config). Layer 3 is computed here with the core option flags, so give the flags
+the proxy runs with. With --debug-url, all four layers come from a running proxy's debug
+endpoint (crossproxy run --debug-address) instead, exactly as that proxy sees them.
+
+Exit status: 0 when the four layers agree, 1 when a mismatch is found, 2 on errors.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return eo.run(cmd.Context(), cmd.OutOrStdout(), args[0])
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&eo.nodeName, "node", "", "the node to explain for (default: the host name)")
+	f.StringVarP(&eo.output, "output", "o", "text", "output format: text or json")
+	f.StringSliceVar(&eo.manifests, "manifests", nil, "read Service, EndpointSlice and Node objects from these files or directories instead of the API server")
+	f.StringVar(&eo.kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, else the in-cluster config)")
+	f.StringVar(&eo.debugURL, "debug-url", "", "fetch the report from a running proxy's debug endpoint, e.g. http://"+debug.DefaultAddress)
+	f.DurationVar(&eo.timeout, "timeout", 30*time.Second, "give up after this long")
+	f.StringVar(&eo.backend.TableName, "nftables-table", "crossproxy", "Linux: the nftables table crossproxy owns")
+	f.StringVar(&eo.backend.NetNSPath, "netns", "", "Linux: read the rules of this network namespace (path such as /run/netns/NAME)")
+	f.StringVar(&eo.backend.NetworkName, "network-name", "", "Windows: the HNS network the load balancers attach to")
+	eo.coreOptions = addCoreOptionFlags(cmd)
+	return cmd
+}
+
+func (eo *explainOptions) run(ctx context.Context, out io.Writer, arg string) error {
+	if eo.output != "text" && eo.output != "json" {
+		return fmt.Errorf("flag --output: %q is not text or json", eo.output)
+	}
+	svc, err := debug.ParseService(arg)
+	if err != nil {
+		return err
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, eo.timeout)
+	defer cancel()
+
+	var rep *explain.Report
+	if eo.debugURL != "" {
+		if rep, err = debug.Fetch(ctx, eo.debugURL, svc); err != nil {
+			return err
+		}
+	} else if rep, err = eo.local(ctx, svc); err != nil {
+		return err
+	}
+	if eo.output == "json" {
+		err = rep.WriteJSON(out)
+	} else {
+		err = rep.WriteText(out)
+	}
+	if err != nil {
+		return err
+	}
+	if f := rep.FirstMismatch; f != nil {
+		return &exitError{code: 1, err: fmt.Errorf("%s: mismatch in layer %d: %s", svc, f.Layer, f.Message)}
+	}
+	return nil
+}
+
+// local builds the report on this node: objects from the manifests or the API
+// server, layer 3 computed here, layer 4 read from the local data plane.
+func (eo *explainOptions) local(ctx context.Context, svc types.NamespacedName) (*explain.Report, error) {
+	opts, err := eo.coreOptions()
+	if err != nil {
+		return nil, err
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid options: %w", err)
+	}
+	if eo.nodeName == "" {
+		if eo.nodeName, err = os.Hostname(); err != nil {
+			return nil, fmt.Errorf("flag --node: not set and the host name is unknown: %w", err)
+		}
+	}
+	var obj *v1.Service
+	var slices []*discovery.EndpointSlice
+	var node *v1.Node
+	if len(eo.manifests) > 0 {
+		obj, slices, node, err = fromManifests(eo.manifests, svc, eo.nodeName)
+	} else {
+		obj, slices, node, err = eo.fromAPIServer(ctx, svc)
+	}
+	if err != nil {
+		return nil, err
+	}
+	in := explain.Input{Service: svc, NodeName: eo.nodeName, Object: obj, Slices: slices}
+	if node == nil {
+		in.StateUnavailable = fmt.Sprintf("node %q not found", eo.nodeName)
+	} else {
+		var svcs []*v1.Service
+		if obj != nil {
+			svcs = append(svcs, obj)
+		}
+		if in.State, err = core.Compute(opts, node, svcs, slices); err != nil {
+			return nil, err
+		}
+	}
+	eo.readProgrammed(ctx, &in)
+	return explain.Build(in), nil
+}
+
+// readProgrammed fills layer 4 from this node's data plane. A platform without
+// one, or a data plane that cannot be read (no privileges, no rules yet), makes
+// the layer unavailable rather than the command fail: the other three still help.
+func (eo *explainOptions) readProgrammed(ctx context.Context, in *explain.Input) {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	cfg := eo.backend
+	cfg.NodeName = eo.nodeName
+	b, err := newBackend(cfg, log.WithField("command", "explain"))
+	if err != nil {
+		in.ProgrammedUnavailable = err.Error()
+		return
+	}
+	in.Backend = b.Name()
+	ps, err := b.Programmed(ctx, in.Service)
+	if err != nil {
+		in.ProgrammedUnavailable = fmt.Sprintf("read %s: %v", b.Name(), err)
+		return
+	}
+	in.Programmed = ps
+}
+
+// fromManifests finds the Service, its slices and the node in files.
+func fromManifests(paths []string, svc types.NamespacedName, nodeName string) (*v1.Service, []*discovery.EndpointSlice, *v1.Node, error) {
+	set, err := manifest.Load(paths...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var obj *v1.Service
+	for _, s := range set.Services {
+		if s.Namespace == svc.Namespace && s.Name == svc.Name {
+			obj = s
+			break
+		}
+	}
+	var slices []*discovery.EndpointSlice
+	for _, s := range set.Slices {
+		if s.Namespace == svc.Namespace && s.Labels[discovery.LabelServiceName] == svc.Name {
+			slices = append(slices, s)
+		}
+	}
+	node, _ := set.Node(nodeName) // a missing node makes layer 3 unavailable, not the command fail
+	return obj, slices, node, nil
+}
+
+// fromAPIServer gets the Service, lists its slices by label and gets the Node.
+func (eo *explainOptions) fromAPIServer(ctx context.Context, svc types.NamespacedName) (*v1.Service, []*discovery.EndpointSlice, *v1.Node, error) {
+	cfg, err := kube.ClientConfig(eo.kubeconfig, 0, 0)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	obj, err := client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		obj, err = nil, nil
+	case err != nil:
+		return nil, nil, nil, fmt.Errorf("get service %s: %w", svc, err)
+	}
+	sel := labels.SelectorFromSet(labels.Set{discovery.LabelServiceName: svc.Name}).String()
+	list, err := client.DiscoveryV1().EndpointSlices(svc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("list endpointslices of %s: %w", svc, err)
+	}
+	slices := make([]*discovery.EndpointSlice, 0, len(list.Items))
+	for i := range list.Items {
+		slices = append(slices, &list.Items[i])
+	}
+	node, err := client.CoreV1().Nodes().Get(ctx, eo.nodeName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return obj, slices, nil, nil
+	}
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("get node %s: %w", eo.nodeName, err)
+	}
+	return obj, slices, node, nil
+}
