@@ -1,0 +1,206 @@
+package config
+
+import (
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/crossproxy/crossproxy/core"
+)
+
+func TestKubeadmKubeProxyConfigMapLoadsAsIs(t *testing.T) {
+	c, err := Load("testdata/kubeadm-kube-proxy.yaml", "linux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Kind != KubeProxyKind || c.Mode != ModeNFTables {
+		t.Fatalf("kind %q mode %q", c.Kind, c.Mode)
+	}
+	if c.Kubeconfig != "/var/lib/kube-proxy/kubeconfig.conf" {
+		t.Errorf("kubeconfig %q", c.Kubeconfig)
+	}
+	// Zero values keep kube-proxy's defaults.
+	if c.HealthzBindAddress != "0.0.0.0:10256" || c.MetricsBindAddress != "127.0.0.1:10249" {
+		t.Errorf("bind addresses %q %q", c.HealthzBindAddress, c.MetricsBindAddress)
+	}
+	if c.ConfigSyncPeriod != 15*time.Minute {
+		t.Errorf("configSyncPeriod %v", c.ConfigSyncPeriod)
+	}
+	// Mode nftables reads the nftables section.
+	if c.Runner.SyncPeriod != 45*time.Second || c.Runner.MinSyncPeriod != 2*time.Second || !c.Core.MasqueradeAll {
+		t.Errorf("nftables section: sync %v min %v masqueradeAll %v", c.Runner.SyncPeriod, c.Runner.MinSyncPeriod, c.Core.MasqueradeAll)
+	}
+	ld := c.Core.LocalDetect
+	want := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")}
+	if ld.Mode != core.LocalDetectClusterCIDR || len(ld.CIDRs) != 2 || ld.CIDRs[0] != want[0] || ld.CIDRs[1] != want[1] {
+		t.Errorf("local detect %+v", ld)
+	}
+	if strings.Join(c.Core.NodePortAddresses, ",") != "primary,192.168.0.0/16" {
+		t.Errorf("nodePortAddresses %v", c.Core.NodePortAddresses)
+	}
+	if c.Core.IPFamilies[0] != v1.IPv4Protocol {
+		t.Errorf("families %v", c.Core.IPFamilies)
+	}
+	// kubeadm writes every field, as zeros: nothing to warn about.
+	if len(c.Ignored) != 0 {
+		t.Errorf("ignored: %v", c.Ignored)
+	}
+}
+
+func TestWindowsKubeProxyConfig(t *testing.T) {
+	c, err := Load("testdata/windows-kube-proxy.yaml", "windows")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Mode != ModeKernelspace || c.HostnameOverride != "win-node-1" {
+		t.Fatalf("mode %q host %q", c.Mode, c.HostnameOverride)
+	}
+	b := c.Backend
+	if b.NetworkName != "vxlan0" || b.SourceVIP != "10.244.3.2" || !b.EnableDSR {
+		t.Errorf("winkernel: %+v", b)
+	}
+	// Modes other than nftables read the iptables section, as kube-proxy.
+	if c.Runner.SyncPeriod != 20*time.Second || c.Runner.MinSyncPeriod != 500*time.Millisecond {
+		t.Errorf("iptables section: %+v", c.Runner)
+	}
+	if c.HealthzBindAddress != "0.0.0.0:10256" {
+		t.Errorf("healthz IP without port: %q", c.HealthzBindAddress)
+	}
+	if c.LogFormat != "json" || c.LogLevel != "debug" {
+		t.Errorf("logging %q %q", c.LogFormat, c.LogLevel)
+	}
+	var fields []string
+	for _, i := range c.Ignored {
+		fields = append(fields, i.Field)
+	}
+	if got := strings.Join(fields, ","); got != "featureGates,winkernel.forwardHealthCheckVip" {
+		t.Errorf("ignored fields %q (%v)", got, c.Ignored)
+	}
+	// The same file on Linux is refused by mode, with the field named.
+	_, err = Load("testdata/windows-kube-proxy.yaml", "linux")
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "mode" {
+		t.Fatalf("kernelspace on linux: %v", err)
+	}
+}
+
+func TestInstallerConfigsLoad(t *testing.T) {
+	for goos, path := range map[string]string{
+		"linux":   "../../installer/linux/config.yaml",
+		"windows": "../../installer/windows/config.yaml",
+	} {
+		if _, err := os.Stat(path); err != nil {
+			t.Fatalf("shipped config %s: %v", path, err)
+		}
+		if _, err := Load(path, goos); err != nil {
+			t.Errorf("shipped config %s does not load: %v", path, err)
+		}
+	}
+}
+
+func TestCrossproxyKind(t *testing.T) {
+	c, err := Load("testdata/crossproxy.yaml", "linux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Core.ProxyName != "crossproxy" || c.HostnameOverride != "node-a" || c.Kubeconfig != "/etc/crossproxy/kubeconfig" {
+		t.Errorf("identity: %+v", c)
+	}
+	if c.Core.IPFamilies[0] != v1.IPv6Protocol || len(c.Core.IPFamilies) != 2 {
+		t.Errorf("families %v", c.Core.IPFamilies)
+	}
+	if c.Runner.SyncPeriod != time.Minute || c.Runner.MinSyncPeriod != 250*time.Millisecond || c.ConfigSyncPeriod != 10*time.Minute {
+		t.Errorf("periods %+v %v", c.Runner, c.ConfigSyncPeriod)
+	}
+	if c.Backend.TableName != "xp" || !c.Backend.LocalhostNodePorts {
+		t.Errorf("nftables %+v", c.Backend)
+	}
+	if c.LogLevel != "debug" || c.LogFormat != "json" || c.HealthzBindAddress != "127.0.0.1:20256" {
+		t.Errorf("logging/health %+v", c)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c := Default("linux")
+	if err := c.Validate("linux"); err != nil {
+		t.Fatal(err)
+	}
+	if c.Mode != ModeNFTables || c.Runner.SyncPeriod != 30*time.Second || c.Runner.MinSyncPeriod != time.Second {
+		t.Errorf("defaults %+v", c)
+	}
+	if Default("windows").Mode != ModeKernelspace {
+		t.Errorf("windows default mode")
+	}
+}
+
+func TestInvalidValuesNameTheField(t *testing.T) {
+	base := "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+	for _, tc := range []struct{ doc, field string }{
+		{"mode: ipvs", "mode"},
+		{"mode: userspace", "mode"},
+		{"clusterCIDR: 10.0.0.0/8,banana", "clusterCIDR[1]"},
+		{"nftables:\n  syncPeriod: soon", "iptables.syncPeriod"}, // mode "" on linux reads iptables; nftables value unused
+		{"mode: nftables\nnftables:\n  syncPeriod: soon", "nftables.syncPeriod"},
+		{"mode: nftables\nnftables:\n  syncPeriod: 1s\n  minSyncPeriod: 5s", "minSyncPeriod"},
+		{"healthzBindAddress: here:there", "healthzBindAddress"},
+		{"metricsBindAddress: 127.0.0.1:99999", "metricsBindAddress"},
+		{"detectLocalMode: Magic", "detectLocalMode"},
+		{"detectLocalMode: BridgeInterface", "detectLocal.bridgeInterface"},
+		{"bindAddress: localhost", "bindAddress"},
+		{"clientConnection:\n  qps: fast", "clientConnection.qps"},
+		{"configSyncPeriod: -1s", "configSyncPeriod"},
+		{"logging:\n  format: xml", "logging.format"},
+		{"winkernel:\n  sourceVip: vip", "winkernel.sourceVip"},
+		{"conntrack:\n  tcpEstablishedTimeout: long", "conntrack.tcpEstablishedTimeout"},
+	} {
+		_, err := Parse([]byte(base+tc.doc), "linux")
+		if err == nil {
+			if tc.field == "iptables.syncPeriod" {
+				continue // documented: the unused section is not read
+			}
+			t.Errorf("%q: accepted", tc.doc)
+			continue
+		}
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Errorf("%q: error %v does not name field %s", tc.doc, err, tc.field)
+		}
+	}
+	// Unknown fields and kinds are refused.
+	if _, err := Parse([]byte(base+"masqueradeAl: true"), "linux"); err == nil || !strings.Contains(err.Error(), "masqueradeAl") {
+		t.Errorf("misspelt field: %v", err)
+	}
+	if _, err := Parse([]byte("apiVersion: v1\nkind: ConfigMap\n"), "linux"); err == nil || !strings.Contains(err.Error(), "apiVersion/kind") {
+		t.Errorf("wrong kind: %v", err)
+	}
+	// Core option errors come through, naming the core field.
+	if _, err := Parse([]byte(base+"nodePortAddresses: [nonsense]"), "linux"); err == nil || !strings.Contains(err.Error(), "nodePortAddresses[0]") {
+		t.Errorf("bad nodePortAddresses: %v", err)
+	}
+}
+
+func TestClusterCIDRModeWithoutCIDRDowngrades(t *testing.T) {
+	c, err := Parse([]byte("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\ndetectLocalMode: ClusterCIDR\n"), "linux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Core.LocalDetect.Mode != core.LocalDetectNone || len(c.Notes) != 1 {
+		t.Fatalf("mode %q notes %v", c.Core.LocalDetect.Mode, c.Notes)
+	}
+}
+
+func TestLoadNamesFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(p, []byte("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(p, "linux"); err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "mode") {
+		t.Fatalf("error %v", err)
+	}
+}

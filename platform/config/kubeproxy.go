@@ -1,0 +1,255 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// kubeProxyConfiguration mirrors kube-proxy's KubeProxyConfiguration
+// (kubeproxy.config.k8s.io/v1alpha1, Kubernetes 1.37) field for field, so any
+// valid kube-proxy file decodes. A few top-level fields of kube-proxy's newer
+// layout (syncPeriod, minSyncPeriod, masqueradeAll) are accepted too.
+type kubeProxyConfiguration struct {
+	APIVersion       string          `json:"apiVersion"`
+	Kind             string          `json:"kind"`
+	FeatureGates     map[string]bool `json:"featureGates,omitempty"`
+	ClientConnection struct {
+		Kubeconfig         string  `json:"kubeconfig"`
+		AcceptContentTypes string  `json:"acceptContentTypes"`
+		ContentType        string  `json:"contentType"`
+		QPS                float32 `json:"qps"`
+		Burst              int32   `json:"burst"`
+	} `json:"clientConnection"`
+	Logging struct {
+		Format         string `json:"format"`
+		FlushFrequency any    `json:"flushFrequency"`
+		Verbosity      *int   `json:"verbosity"`
+		VModule        any    `json:"vmodule"`
+		Options        any    `json:"options"`
+	} `json:"logging"`
+	HostnameOverride            string  `json:"hostnameOverride"`
+	BindAddress                 string  `json:"bindAddress"`
+	HealthzBindAddress          *string `json:"healthzBindAddress"`
+	MetricsBindAddress          *string `json:"metricsBindAddress"`
+	BindAddressHardFail         bool    `json:"bindAddressHardFail"`
+	EnableProfiling             bool    `json:"enableProfiling"`
+	ShowHiddenMetricsForVersion string  `json:"showHiddenMetricsForVersion"`
+	Mode                        string  `json:"mode"`
+	IPTables                    struct {
+		MasqueradeBit      *int32   `json:"masqueradeBit"`
+		MasqueradeAll      bool     `json:"masqueradeAll"`
+		LocalhostNodePorts *bool    `json:"localhostNodePorts"`
+		SyncPeriod         duration `json:"syncPeriod"`
+		MinSyncPeriod      duration `json:"minSyncPeriod"`
+	} `json:"iptables"`
+	IPVS struct {
+		SyncPeriod    duration `json:"syncPeriod"`
+		MinSyncPeriod duration `json:"minSyncPeriod"`
+		Scheduler     string   `json:"scheduler"`
+		ExcludeCIDRs  []string `json:"excludeCIDRs"`
+		StrictARP     bool     `json:"strictARP"`
+		TCPTimeout    duration `json:"tcpTimeout"`
+		TCPFinTimeout duration `json:"tcpFinTimeout"`
+		UDPTimeout    duration `json:"udpTimeout"`
+	} `json:"ipvs"`
+	NFTables struct {
+		MasqueradeBit *int32   `json:"masqueradeBit"`
+		MasqueradeAll bool     `json:"masqueradeAll"`
+		SyncPeriod    duration `json:"syncPeriod"`
+		MinSyncPeriod duration `json:"minSyncPeriod"`
+	} `json:"nftables"`
+	Winkernel struct {
+		NetworkName           string `json:"networkName"`
+		SourceVip             string `json:"sourceVip"`
+		EnableDSR             bool   `json:"enableDSR"`
+		RootHnsEndpointName   string `json:"rootHnsEndpointName"`
+		ForwardHealthCheckVip bool   `json:"forwardHealthCheckVip"`
+	} `json:"winkernel"`
+	DetectLocalMode string `json:"detectLocalMode"`
+	DetectLocal     struct {
+		BridgeInterface     string `json:"bridgeInterface"`
+		InterfaceNamePrefix string `json:"interfaceNamePrefix"`
+	} `json:"detectLocal"`
+	ClusterCIDR       string   `json:"clusterCIDR"`
+	NodePortAddresses []string `json:"nodePortAddresses"`
+	OOMScoreAdj       *int32   `json:"oomScoreAdj"`
+	Conntrack         struct {
+		MaxPerCore            *int32    `json:"maxPerCore"`
+		Min                   *int32    `json:"min"`
+		TCPEstablishedTimeout *duration `json:"tcpEstablishedTimeout"`
+		TCPCloseWaitTimeout   *duration `json:"tcpCloseWaitTimeout"`
+		TCPBeLiberal          bool      `json:"tcpBeLiberal"`
+		UDPTimeout            duration  `json:"udpTimeout"`
+		UDPStreamTimeout      duration  `json:"udpStreamTimeout"`
+	} `json:"conntrack"`
+	ConfigSyncPeriod    duration `json:"configSyncPeriod"`
+	PortRange           string   `json:"portRange"`
+	WindowsRunAsService bool     `json:"windowsRunAsService,omitempty"`
+
+	// Newer layout, accepted for convenience.
+	SyncPeriod    duration `json:"syncPeriod"`
+	MinSyncPeriod duration `json:"minSyncPeriod"`
+	MasqueradeAll *bool    `json:"masqueradeAll"`
+}
+
+// apply maps the fields that apply onto c and records the ones that do not.
+func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
+	ignore := func(set bool, field, reason string) {
+		if set {
+			c.Ignored = append(c.Ignored, Ignored{Field: field, Reason: reason})
+		}
+	}
+
+	switch k.Mode {
+	case "":
+	case ModeNFTables, ModeKernelspace:
+		c.Mode = k.Mode
+	case "iptables", "ipvs":
+		return &FieldError{Field: "mode", Value: k.Mode, Reason: "is not a crossproxy data plane; crossproxy programs nftables on Linux (mode nftables) and HNS on Windows (mode kernelspace)"}
+	default:
+		return &FieldError{Field: "mode", Value: k.Mode, Reason: "is not nftables (Linux) or kernelspace (Windows)"}
+	}
+
+	cc := k.ClientConnection
+	c.Kubeconfig = cc.Kubeconfig
+	c.QPS = cc.QPS
+	c.Burst = int(cc.Burst)
+	ignore(cc.AcceptContentTypes != "", "clientConnection.acceptContentTypes", "crossproxy always asks for protobuf, then JSON")
+	ignore(cc.ContentType != "", "clientConnection.contentType", "crossproxy always sends protobuf")
+
+	if f := k.Logging.Format; f != "" {
+		c.LogFormat = f
+	}
+	if v := k.Logging.Verbosity; v != nil {
+		c.LogLevel = logLevelFromVerbosity(*v)
+	}
+	ignore(!isZero(k.Logging.FlushFrequency), "logging.flushFrequency", "logs are written unbuffered")
+	ignore(!isZero(k.Logging.VModule), "logging.vmodule", "crossproxy has one log level")
+	ignore(!isZero(k.Logging.Options), "logging.options", "no klog options apply")
+
+	c.HostnameOverride = k.HostnameOverride
+	if k.BindAddress != "" {
+		a, err := netip.ParseAddr(k.BindAddress)
+		if err != nil {
+			return &FieldError{Field: "bindAddress", Value: k.BindAddress, Reason: "is not an IP address"}
+		}
+		// As kube-proxy: an IPv6 bindAddress makes IPv6 the primary family.
+		if a.Is6() && !a.Is4In6() {
+			c.Core.IPFamilies = []v1.IPFamily{v1.IPv6Protocol, v1.IPv4Protocol}
+		}
+	}
+	var err error
+	if k.HealthzBindAddress != nil {
+		if c.HealthzBindAddress, err = bindAddress("healthzBindAddress", *k.HealthzBindAddress, c.HealthzBindAddress, defaultHealthzPort); err != nil {
+			return err
+		}
+	}
+	if k.MetricsBindAddress != nil {
+		if c.MetricsBindAddress, err = bindAddress("metricsBindAddress", *k.MetricsBindAddress, c.MetricsBindAddress, defaultMetricsPort); err != nil {
+			return err
+		}
+	}
+	ignore(k.BindAddressHardFail, "bindAddressHardFail", "a server that cannot bind always stops the start")
+	ignore(k.EnableProfiling, "enableProfiling", "crossproxy serves no pprof endpoint")
+	ignore(k.ShowHiddenMetricsForVersion != "", "showHiddenMetricsForVersion", "crossproxy has no hidden metrics")
+	if len(k.FeatureGates) > 0 {
+		names := make([]string, 0, len(k.FeatureGates))
+		for n := range k.FeatureGates {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		ignore(true, "featureGates", fmt.Sprintf("kube-proxy feature gates %v do not apply; crossproxy implements the GA behaviour", names))
+	}
+
+	// Sync periods and masqueradeAll live in the section of the mode as
+	// written, as kube-proxy reads them: nftables for mode nftables, iptables
+	// otherwise (also for an empty mode, which kube-proxy runs as iptables).
+	sec := "iptables"
+	syncP, minSyncP, masq := k.IPTables.SyncPeriod, k.IPTables.MinSyncPeriod, k.IPTables.MasqueradeAll
+	if k.Mode == ModeNFTables {
+		sec = "nftables"
+		syncP, minSyncP, masq = k.NFTables.SyncPeriod, k.NFTables.MinSyncPeriod, k.NFTables.MasqueradeAll
+	}
+	if k.SyncPeriod != "" {
+		sec, syncP = "", k.SyncPeriod
+	}
+	if k.MinSyncPeriod != "" {
+		minSyncP = k.MinSyncPeriod
+	}
+	field := func(name string) string {
+		if sec == "" {
+			return name
+		}
+		return sec + "." + name
+	}
+	if d, ok, err := syncP.parse(field("syncPeriod")); err != nil {
+		return err
+	} else if ok {
+		c.Runner.SyncPeriod = d
+	}
+	if d, ok, err := minSyncP.parse(field("minSyncPeriod")); err != nil {
+		return err
+	} else if ok {
+		c.Runner.MinSyncPeriod = d
+	}
+	c.Core.MasqueradeAll = masq
+	if k.MasqueradeAll != nil {
+		c.Core.MasqueradeAll = *k.MasqueradeAll
+	}
+	if lnp := k.IPTables.LocalhostNodePorts; lnp != nil {
+		c.Backend.LocalhostNodePorts = *lnp
+	}
+	ignore(k.IPTables.MasqueradeBit != nil, "iptables.masqueradeBit", "crossproxy marks packets in its own nftables table")
+	ignore(k.NFTables.MasqueradeBit != nil, "nftables.masqueradeBit", "crossproxy marks packets in its own nftables table")
+	ipvsSet := k.IPVS.SyncPeriod.set() || k.IPVS.MinSyncPeriod.set() || k.IPVS.Scheduler != "" || len(k.IPVS.ExcludeCIDRs) > 0 ||
+		k.IPVS.StrictARP || k.IPVS.TCPTimeout.set() || k.IPVS.TCPFinTimeout.set() || k.IPVS.UDPTimeout.set()
+	ignore(ipvsSet, "ipvs", "crossproxy has no IPVS mode")
+
+	c.Backend.NetworkName = k.Winkernel.NetworkName
+	c.Backend.SourceVIP = k.Winkernel.SourceVip
+	c.Backend.EnableDSR = k.Winkernel.EnableDSR
+	ignore(k.Winkernel.RootHnsEndpointName != "", "winkernel.rootHnsEndpointName", "not used by crossproxy's HNS backend")
+	ignore(k.Winkernel.ForwardHealthCheckVip, "winkernel.forwardHealthCheckVip", "not used by crossproxy's HNS backend")
+	if goos != "windows" {
+		ignore(k.Winkernel.NetworkName != "" || k.Winkernel.SourceVip != "" || k.Winkernel.EnableDSR, "winkernel", "Windows only; this node runs "+goos)
+	}
+
+	cidrs, err := parseCIDRs("clusterCIDR", k.ClusterCIDR)
+	if err != nil {
+		return err
+	}
+	if err := setLocalDetect(c, k.DetectLocalMode, cidrs, k.DetectLocal.BridgeInterface, k.DetectLocal.InterfaceNamePrefix); err != nil {
+		return err
+	}
+	c.Core.NodePortAddresses = k.NodePortAddresses
+
+	ignore(k.OOMScoreAdj != nil, "oomScoreAdj", "set the OOM score with the service manager (systemd OOMScoreAdjust=, pod spec)")
+	ct := k.Conntrack
+	for name, d := range map[string]*duration{"conntrack.tcpEstablishedTimeout": ct.TCPEstablishedTimeout, "conntrack.tcpCloseWaitTimeout": ct.TCPCloseWaitTimeout} {
+		if d == nil {
+			continue
+		}
+		if v, _, err := d.parse(name); err != nil {
+			return err
+		} else {
+			ignore(v != 0, name, "crossproxy does not tune conntrack sysctls; set them in /etc/sysctl.d")
+		}
+	}
+	ignore(ct.MaxPerCore != nil && *ct.MaxPerCore != 0, "conntrack.maxPerCore", "crossproxy does not tune conntrack sysctls; set nf_conntrack_max in /etc/sysctl.d")
+	ignore(ct.Min != nil && *ct.Min != 0, "conntrack.min", "crossproxy does not tune conntrack sysctls; set nf_conntrack_max in /etc/sysctl.d")
+	ignore(ct.TCPBeLiberal, "conntrack.tcpBeLiberal", "crossproxy does not tune conntrack sysctls; set nf_conntrack_tcp_be_liberal in /etc/sysctl.d")
+	ignore(ct.UDPTimeout.set(), "conntrack.udpTimeout", "crossproxy does not tune conntrack sysctls")
+	ignore(ct.UDPStreamTimeout.set(), "conntrack.udpStreamTimeout", "crossproxy does not tune conntrack sysctls")
+
+	if d, ok, err := k.ConfigSyncPeriod.parse("configSyncPeriod"); err != nil {
+		return err
+	} else if ok {
+		c.ConfigSyncPeriod = d
+	}
+	ignore(k.PortRange != "", "portRange", "kube-proxy's userspace mode option; no effect")
+	ignore(k.WindowsRunAsService, "windowsRunAsService", "the crossproxy MSI installs the Windows service itself")
+	return nil
+}
