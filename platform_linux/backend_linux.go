@@ -1,0 +1,351 @@
+package nft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/platform"
+)
+
+var _ platform.Backend = (*Backend)(nil)
+
+// Backend programs a NodeState into the kernel's nftables over netlink. It
+// remembers what it applied last so a partial sync sends only the changed
+// Services' objects; anything unexpected (a failed batch, a table changed from
+// outside) is handled by making the next sync a full one.
+type Backend struct {
+	log    logrus.FieldLogger
+	cfg    Config
+	ns     netNS
+	sysctl Sysctl
+	// Conntrack cleans up and lists connections; replaceable in tests.
+	conntrack conntracker
+
+	mu            sync.Mutex
+	applied       *Applied // nil: the next sync is full
+	recreate      bool     // the last full sync failed: rebuild the table from scratch
+	sysctlChecked bool
+	stats         SyncStats
+}
+
+// SyncStats describes the last sync, for logs and benchmarks.
+type SyncStats struct {
+	Full     bool
+	Commands int
+	Build    time.Duration
+	Apply    time.Duration
+}
+
+// New makes a Backend for the namespace in cfg (the current one if empty).
+func New(cfg platform.BackendConfig, log logrus.FieldLogger) (*Backend, error) {
+	ns, err := openNetNS(cfg.NetNSPath)
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{
+		log: log.WithField("backend", "nftables"),
+		cfg: Config{Table: cfg.TableName, LocalhostNodePorts: cfg.LocalhostNodePorts},
+		ns:  ns,
+	}
+	b.sysctl = procSysctl{ns: ns}
+	b.conntrack = &netlinkConntrack{ns: ns}
+	return b, nil
+}
+
+// Name is "nftables".
+func (b *Backend) Name() string { return "nftables" }
+
+// LastSync reports what the last successful sync did.
+func (b *Backend) LastSync() SyncStats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stats
+}
+
+func (b *Backend) table() *nftables.Table {
+	return &nftables.Table{Name: b.cfg.table(), Family: nftables.TableFamilyINet}
+}
+
+// Sync makes the table match state. A full sync (first, periodic, after a
+// failure) writes the whole table in one batch; otherwise only the ports in
+// changes.Ports are rewritten, also in one batch.
+func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.Changes) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !b.sysctlChecked {
+		b.checkSysctls(state.Families)
+		b.sysctlChecked = true
+	}
+	var err error
+	if changes.Full || b.applied == nil {
+		err = b.syncFull(state)
+	} else {
+		err = b.syncPartial(state, changes)
+	}
+	if err != nil {
+		return err
+	}
+	if len(changes.StaleUDP) > 0 {
+		n, cerr := b.conntrack.ClearStale(changes.StaleUDP)
+		if cerr != nil {
+			b.log.WithError(cerr).Warn("clear conntrack entries of removed UDP endpoints")
+		} else if n > 0 {
+			b.log.WithField("entries", n).Debug("cleared conntrack entries of removed UDP endpoints")
+		}
+	}
+	return nil
+}
+
+func (b *Backend) syncFull(state *core.NodeState) error {
+	start := time.Now()
+	rs := Build(state, b.cfg)
+	chains, sets, err := b.inventory()
+	if err != nil {
+		b.applied = nil
+		return err
+	}
+	plan := PlanFull(rs, chains, sets, b.recreate)
+	built := time.Since(start)
+	if err := b.apply(plan); err != nil {
+		b.applied, b.recreate = nil, true
+		return fmt.Errorf("full sync of table inet %s: %w", rs.Table, err)
+	}
+	b.applied, b.recreate = NewApplied(rs), false
+	b.stats = SyncStats{Full: true, Commands: plan.Len(), Build: built, Apply: time.Since(start) - built}
+	b.log.WithFields(logrus.Fields{"ports": len(rs.Ports), "commands": plan.Len(), "took": time.Since(start)}).Debug("full sync")
+	return nil
+}
+
+func (b *Backend) syncPartial(state *core.NodeState, changes core.Changes) error {
+	start := time.Now()
+	ports := make(map[core.PortKey]*PortObjects, len(changes.Ports))
+	for k := range changes.Ports {
+		if p := state.Ports[k]; p != nil {
+			ports[k] = BuildPort(p, state.LocalDetect[k.Family], b.cfg)
+		} else {
+			ports[k] = nil
+		}
+	}
+	plan := PlanPartial(b.cfg.table(), b.applied, ports)
+	built := time.Since(start)
+	if plan.Batch.Len() > 0 {
+		if err := b.apply(plan.Batch); err != nil {
+			b.applied = nil
+			return fmt.Errorf("partial sync of %d ports: %w", len(ports), err)
+		}
+	}
+	b.applied = plan.Next
+	b.stats = SyncStats{Commands: plan.Batch.Len(), Build: built, Apply: time.Since(start) - built}
+	return nil
+}
+
+// inventory lists the chains and sets the table holds now (none if it is missing).
+func (b *Backend) inventory() (chains, sets []string, err error) {
+	c, err := b.ns.conn()
+	if err != nil {
+		return nil, nil, fmt.Errorf("open nftables connection: %w", err)
+	}
+	t := b.table()
+	all, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list chains of table inet %s: %w", t.Name, err)
+	}
+	for _, ch := range all {
+		if ch.Table.Name == t.Name {
+			chains = append(chains, ch.Name)
+		}
+	}
+	if len(chains) == 0 {
+		if _, err := c.ListTableOfFamily(t.Name, t.Family); err != nil {
+			return nil, nil, nil // no table yet
+		}
+	}
+	ss, err := c.GetSets(t)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return nil, nil, fmt.Errorf("list sets of table inet %s: %w", t.Name, err)
+	}
+	for _, s := range ss {
+		sets = append(sets, s.Name)
+	}
+	return chains, sets, nil
+}
+
+// apply encodes the batch with google/nftables and sends it in one write.
+func (b *Backend) apply(batch *Batch) error {
+	t := b.table()
+	msgs, err := captureMessages(func(c *nftables.Conn) error { return encodeBatch(c, t, batch) })
+	if err != nil {
+		return err
+	}
+	describe := func(i int) string {
+		if len(msgs)-2 != len(batch.Ops) || i < 0 || i >= len(batch.Ops) {
+			return fmt.Sprintf("command %d", i)
+		}
+		return describeOp(batch.Ops[i])
+	}
+	return sendBatch(b.ns, msgs, describe)
+}
+
+func describeOp(op Op) string {
+	one := &Batch{Ops: []Op{op}}
+	if op.Kind == OpAddElements || op.Kind == OpDelElements {
+		return fmt.Sprintf("%s %d elements of set %s", map[OpKind]string{OpAddElements: "add", OpDelElements: "delete"}[op.Kind], len(op.Elements), op.Set.Name)
+	}
+	s := one.Text()
+	if len(s) > 0 && s[len(s)-1] == '\n' {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+var hooks = map[string]*nftables.ChainHook{
+	"prerouting":  nftables.ChainHookPrerouting,
+	"output":      nftables.ChainHookOutput,
+	"postrouting": nftables.ChainHookPostrouting,
+	"input":       nftables.ChainHookInput,
+	"forward":     nftables.ChainHookForward,
+}
+
+func nftSet(t *nftables.Table, s Set) *nftables.Set {
+	addr := nftables.TypeIPAddr
+	if s.Family == v1.IPv6Protocol {
+		addr = nftables.TypeIP6Addr
+	}
+	ns := &nftables.Set{Table: t, Name: s.Name}
+	switch s.Kind {
+	case SetFrontends:
+		ns.KeyType = nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService)
+		ns.DataType = nftables.TypeVerdict
+		ns.IsMap, ns.Concatenation = true, true
+	case SetAddrs:
+		ns.KeyType = addr
+	case SetAddrPairs:
+		ns.KeyType = nftables.MustConcatSetType(addr, addr)
+		ns.Concatenation = true
+	case SetAffinity:
+		ns.KeyType = addr
+		ns.Dynamic, ns.HasTimeout, ns.Timeout = true, true, s.Timeout
+	}
+	return ns
+}
+
+func elementKey(kind SetKind, e Element) []byte {
+	switch kind {
+	case SetFrontends:
+		k := append([]byte(nil), e.Addr.AsSlice()...)
+		k = append(k, l4proto(e.Proto), 0, 0, 0, byte(e.Port>>8), byte(e.Port), 0, 0)
+		return k
+	case SetAddrPairs:
+		return append(e.Addr.AsSlice(), e.Addr2.AsSlice()...)
+	}
+	return e.Addr.AsSlice()
+}
+
+func nftElements(kind SetKind, es []Element, withData bool) []nftables.SetElement {
+	out := make([]nftables.SetElement, len(es))
+	for i, e := range es {
+		out[i] = nftables.SetElement{Key: elementKey(kind, e)}
+		if withData && kind == SetFrontends {
+			out[i].VerdictData = &expr.Verdict{Kind: expr.VerdictGoto, Chain: e.Chain}
+			out[i].Comment = e.Comment
+		}
+	}
+	return out
+}
+
+// encodeBatch turns the planned commands into google/nftables calls.
+func encodeBatch(c *nftables.Conn, t *nftables.Table, batch *Batch) error {
+	setID := uint32(0)
+	for _, op := range batch.Ops {
+		switch op.Kind {
+		case OpAddTable:
+			c.AddTable(t)
+		case OpDelTable:
+			c.DelTable(t)
+		case OpFlushTable:
+			c.FlushTable(t)
+		case OpAddSet:
+			s := nftSet(t, op.Set)
+			setID++
+			s.ID = setID
+			if err := c.AddSet(s, nil); err != nil {
+				return fmt.Errorf("encode set %s: %w", op.Set.Name, err)
+			}
+		case OpDelSet:
+			c.DelSet(&nftables.Set{Table: t, Name: op.Set.Name})
+		case OpFlushSet:
+			c.FlushSet(&nftables.Set{Table: t, Name: op.Set.Name})
+		case OpAddChain:
+			ch := &nftables.Chain{Table: t, Name: op.Chain.Name}
+			if h := op.Chain.Hook; h != nil {
+				ch.Type = nftables.ChainType(h.Type)
+				ch.Hooknum = hooks[h.Hook]
+				ch.Priority = nftables.ChainPriorityRef(nftables.ChainPriority(h.Priority))
+			}
+			c.AddChain(ch)
+		case OpFlushChain:
+			c.FlushChain(&nftables.Chain{Table: t, Name: op.Chain.Name})
+		case OpDelChain:
+			c.DelChain(&nftables.Chain{Table: t, Name: op.Chain.Name})
+		case OpAddRule:
+			exprs, err := ruleExprs(op.Rule)
+			if err != nil {
+				return fmt.Errorf("encode rule of chain %s: %w", op.Chain.Name, err)
+			}
+			c.AddRule(&nftables.Rule{Table: t, Chain: &nftables.Chain{Table: t, Name: op.Chain.Name}, Exprs: exprs})
+		case OpAddElements, OpDelElements:
+			s := nftSet(t, op.Set)
+			var err error
+			if op.Kind == OpAddElements {
+				err = c.SetAddElements(s, nftElements(op.Set.Kind, op.Elements, true))
+			} else {
+				err = c.SetDeleteElements(s, nftElements(op.Set.Kind, op.Elements, false))
+			}
+			if err != nil {
+				return fmt.Errorf("encode elements of set %s: %w", op.Set.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Cleanup deletes crossproxy's table (and with it every chain, set and rule it
+// installed). A missing table is not an error.
+func (b *Backend) Cleanup(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.applied = nil
+	batch := &Batch{Table: b.cfg.table(), Ops: []Op{{Kind: OpAddTable}, {Kind: OpDelTable}}}
+	if err := b.apply(batch); err != nil {
+		return fmt.Errorf("delete table inet %s: %w", b.cfg.table(), err)
+	}
+	return nil
+}
+
+// checkSysctls reports (and fixes where it can) the kernel parameters the rules need.
+func (b *Backend) checkSysctls(families []v1.IPFamily) {
+	for _, r := range EnsureSysctls(b.sysctl, families, b.cfg.LocalhostNodePorts) {
+		l := b.log.WithFields(logrus.Fields{"sysctl": r.Name, "value": r.Was})
+		switch {
+		case r.Err != nil:
+			l.Error(r.String())
+		case r.Set:
+			l.Warn(r.String())
+		default:
+			l.Info(r.String())
+		}
+	}
+}

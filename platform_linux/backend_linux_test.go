@@ -1,0 +1,132 @@
+package nft
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/platform"
+)
+
+// testNS creates a fresh network namespace (removed at cleanup) or skips
+// when not root.
+func testNS(t testing.TB) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+	name := fmt.Sprintf("xpl-u-%d-%d", os.Getpid(), rand.Intn(1_000_000))
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	return name
+}
+
+func nftIn(t testing.TB, ns string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("ip", append([]string{"netns", "exec", ns, "nft"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func newTestBackend(t testing.TB, ns string) *Backend {
+	t.Helper()
+	log := logrus.New()
+	log.SetLevel(logrus.WarnLevel)
+	b, err := New(platform.BackendConfig{NetNSPath: "/run/netns/" + ns, LocalhostNodePorts: true}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.sysctl = &fakeSysctl{vals: map[string]string{}}
+	return b
+}
+
+func TestBackendFullAndPartialSync(t *testing.T) {
+	ns := testNS(t)
+	b := newTestBackend(t, ns)
+	ctx := context.Background()
+	st := testState()
+	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+		t.Fatalf("full sync: %v", err)
+	}
+	got := nftIn(t, ns, "list", "table", "inet", "crossproxy")
+	for _, want := range []string{"numgen random mod 2 0 meta l4proto tcp dnat ip to 10.244.1.5:8080", "10.96.0.53 . udp . 53", "ip saddr 198.51.100.0/24 goto fw-"} {
+		if !strings.Contains(got, want) && !strings.Contains(got, strings.Replace(want, "goto fw-", "goto ext-", 1)) {
+			t.Errorf("table lacks %q:\n%s", want, got)
+		}
+	}
+	// One endpoint more for default/web http v4: a partial sync.
+	k := key("default", "web", "http", "TCP", "IPv4")
+	p := *st.Ports[k]
+	p.ClusterEndpoints = append(append([]core.Endpoint(nil), p.ClusterEndpoints...), ep("10.244.3.3", 8080, false))
+	st.Ports[k] = &p
+	// And default/empty goes away.
+	gone := key("default", "empty", "", "TCP", "IPv4")
+	delete(st.Ports, gone)
+	if err := b.Sync(ctx, st, core.Changes{Ports: map[core.PortKey]struct{}{k: {}, gone: {}}}); err != nil {
+		t.Fatalf("partial sync: %v", err)
+	}
+	if s := b.LastSync(); s.Full || s.Commands == 0 {
+		t.Errorf("expected a partial sync with commands, got %+v", s)
+	}
+	got = nftIn(t, ns, "list", "table", "inet", "crossproxy")
+	if !strings.Contains(got, "numgen random mod 3 0 meta l4proto tcp dnat ip to 10.244.1.5:8080") || !strings.Contains(got, "10.244.3.3 . 10.244.3.3") {
+		t.Errorf("partial sync not applied:\n%s", got)
+	}
+	if strings.Contains(got, "default/empty") || strings.Contains(got, "10.96.0.30") {
+		t.Errorf("removed port still present:\n%s", got)
+	}
+
+	prog, err := b.Programmed(ctx, types.NamespacedName{Namespace: "default", Name: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(prog.Frontends) != 5 {
+		t.Fatalf("want 5 frontends of default/web, got %+v", prog.Frontends)
+	}
+	for _, f := range prog.Frontends {
+		if len(f.Endpoints) == 0 {
+			t.Errorf("frontend %+v has no endpoints", f)
+		}
+		if f.Kind == core.FrontendClusterIP && f.Addr.Is4() && len(f.Endpoints) != 3 {
+			t.Errorf("ClusterIP frontend endpoints: %v", f.Endpoints)
+		}
+	}
+
+	// A table deleted behind crossproxy's back: the partial sync fails, the
+	// next full sync repairs it.
+	nftIn(t, ns, "delete", "table", "inet", "crossproxy")
+	if err := b.Sync(ctx, st, core.Changes{Ports: map[core.PortKey]struct{}{k: {}}}); err == nil {
+		p2 := *st.Ports[k]
+		p2.ClusterEndpoints = p2.ClusterEndpoints[:1]
+		st.Ports[k] = &p2
+		if err := b.Sync(ctx, st, core.Changes{Ports: map[core.PortKey]struct{}{k: {}}}); err == nil {
+			t.Fatal("partial sync into a deleted table should fail")
+		}
+	}
+	if err := b.Sync(ctx, st, core.Changes{}); err != nil {
+		t.Fatalf("repairing full sync: %v", err)
+	}
+	if s := b.LastSync(); !s.Full {
+		t.Errorf("sync after a failure should be full: %+v", s)
+	}
+	nftIn(t, ns, "list", "chain", "inet", "crossproxy", "nat-prerouting")
+
+	if err := b.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out := nftIn(t, ns, "list", "ruleset"); strings.TrimSpace(out) != "" {
+		t.Errorf("cleanup left:\n%s", out)
+	}
+}

@@ -1,0 +1,349 @@
+package nft
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/crossproxy/crossproxy/core"
+)
+
+// Config is what shapes the ruleset beyond the NodeState.
+type Config struct {
+	// Table is the inet table crossproxy owns.
+	Table string
+	// LocalhostNodePorts adds 127.0.0.1 NodePort frontends (IPv4 only).
+	LocalhostNodePorts bool
+}
+
+// DefaultTable is the table name used when none is configured.
+const DefaultTable = "crossproxy"
+
+func (c Config) table() string {
+	if c.Table == "" {
+		return DefaultTable
+	}
+	return c.Table
+}
+
+// PortObjects are the objects one Service port (in one family) owns: its
+// chains, its elements in the family's frontend map, its affinity sets, and the
+// addresses it contributes to the shared cluster-ips and hairpin sets. Keeping
+// them per port is what lets a partial sync touch only changed Services.
+type PortObjects struct {
+	Key          core.PortKey
+	Chains       []*Chain
+	Frontends    []Element
+	AffinitySets []Set
+	ClusterIP    netip.Addr
+	Endpoints    []netip.Addr
+}
+
+// Globals are the table-wide objects: base chains, helper chains, sets.
+type Globals struct {
+	Families []v1.IPFamily
+	Chains   []*Chain
+	Sets     []Set
+}
+
+// Ruleset is the whole desired content of the table.
+type Ruleset struct {
+	Table   string
+	Globals *Globals
+	Ports   []*PortObjects // sorted by key
+}
+
+func familySuffix(f v1.IPFamily) string {
+	if f == v1.IPv6Protocol {
+		return "v6"
+	}
+	return "v4"
+}
+
+func frontendMap(f v1.IPFamily) string  { return "frontends-" + familySuffix(f) }
+func clusterIPSet(f v1.IPFamily) string { return "cluster-ips-" + familySuffix(f) }
+func hairpinSet(f v1.IPFamily) string   { return "hairpin-" + familySuffix(f) }
+func offClusterChain(f v1.IPFamily) string {
+	if f == v1.IPv6Protocol {
+		return chainOffClusterV6
+	}
+	return chainOffClusterV4
+}
+
+var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+func shortHash(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return b32.EncodeToString(h[:5])
+}
+
+// portChainName names a chain of one Service port: kind, a hash of the port key
+// (unique per family), and a readable namespace/name/protocol/port suffix.
+func portChainName(kind string, p *core.ServicePort) string {
+	port := p.Key.PortName
+	if port == "" {
+		port = fmt.Sprintf("p%d", p.Port)
+	}
+	return fmt.Sprintf("%s-%s-%s/%s/%s/%s", kind, shortHash(p.Key.String()), p.Key.Service.Namespace,
+		p.Key.Service.Name, protoName(p.Protocol), port)
+}
+
+// affinitySetName names the affinity set of one endpoint of one port; the
+// timeout is part of the hash because a set's timeout cannot change in place.
+func affinitySetName(p *core.ServicePort, ep core.Endpoint, timeout time.Duration) string {
+	return fmt.Sprintf("aff-%s-%s", shortHash(p.Key.String()), shortHash(ep.AddrPort().String()+"/"+timeout.String()))
+}
+
+// ParsePortChain splits a chain name made by portChainName into its kind and
+// "namespace/name" (ok is false for other chains).
+func ParsePortChain(name string) (kind, service string, ok bool) {
+	parts := strings.SplitN(name, "-", 3)
+	if len(parts) != 3 {
+		return "", "", false
+	}
+	switch parts[0] {
+	case "svc", "ext", "fw", "clu":
+	default:
+		return "", "", false
+	}
+	fields := strings.Split(parts[2], "/")
+	if len(fields) != 4 {
+		return "", "", false
+	}
+	return parts[0], fields[0] + "/" + fields[1], true
+}
+
+// Build computes the whole ruleset for a NodeState.
+func Build(state *core.NodeState, cfg Config) *Ruleset {
+	rs := &Ruleset{Table: cfg.table(), Globals: BuildGlobals(state)}
+	keys := make([]core.PortKey, 0, len(state.Ports))
+	for k := range state.Ports {
+		keys = append(keys, k)
+	}
+	SortKeys(keys)
+	for _, k := range keys {
+		rs.Ports = append(rs.Ports, BuildPort(state.Ports[k], state.LocalDetect[k.Family], cfg))
+	}
+	return rs
+}
+
+// SortKeys sorts port keys by their string form, the order of every listing.
+func SortKeys(keys []core.PortKey) {
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+}
+
+// BuildGlobals computes the table-wide chains and sets.
+func BuildGlobals(state *core.NodeState) *Globals {
+	g := &Globals{Families: append([]v1.IPFamily(nil), state.Families...)}
+	if len(g.Families) == 0 {
+		g.Families = []v1.IPFamily{v1.IPv4Protocol}
+	}
+	dispatch := func() []Rule {
+		var rules []Rule
+		for _, f := range g.Families {
+			rules = append(rules,
+				Rule{MatchFamily{f}, Dispatch{f, frontendMap(f)}},
+				// A ClusterIP packet no frontend took is for an unused port: refuse it.
+				Rule{MatchFamily{f}, MatchAddrSet{Family: f, Set: clusterIPSet(f)}, Verdict{Kind: "goto", Chain: chainReject}})
+		}
+		return rules
+	}
+	post := []Rule{{MatchDNAT{}, MatchMark{MasqueradeMark}, ClearMark{MasqueradeMark}, Masquerade{}}}
+	for _, f := range g.Families {
+		post = append(post, Rule{MatchFamily{f}, MatchDNAT{}, MatchHairpin{f, hairpinSet(f)}, Masquerade{}})
+	}
+	g.Chains = append(g.Chains,
+		&Chain{Name: chainPrerouting, Hook: &Hook{"nat", "prerouting", priorityDstNAT}, Rules: dispatch()},
+		&Chain{Name: chainOutput, Hook: &Hook{"nat", "output", priorityDstNAT}, Rules: dispatch()},
+		&Chain{Name: chainPostrouting, Hook: &Hook{"nat", "postrouting", prioritySrcNAT}, Rules: post},
+		&Chain{Name: chainMarkMasq, Rules: []Rule{{SetMark{MasqueradeMark}}}},
+		&Chain{Name: chainReject, Rules: []Rule{{MatchL4{v1.ProtocolTCP}, Reject{TCPReset: true}}, {Reject{}}}},
+	)
+	for _, f := range g.Families {
+		det := state.LocalDetect[f]
+		if det.Implemented() {
+			rules := localSourceRules(f, det, Verdict{Kind: "return"})
+			rules = append(rules, Rule{SetMark{MasqueradeMark}})
+			g.Chains = append(g.Chains, &Chain{Name: offClusterChain(f), Rules: rules})
+		}
+		g.Sets = append(g.Sets,
+			Set{Name: frontendMap(f), Family: f, Kind: SetFrontends},
+			Set{Name: clusterIPSet(f), Family: f, Kind: SetAddrs},
+			Set{Name: hairpinSet(f), Family: f, Kind: SetAddrPairs})
+	}
+	sort.Slice(g.Chains, func(i, j int) bool { return g.Chains[i].Name < g.Chains[j].Name })
+	return g
+}
+
+// localSourceRules are rules that end in v for traffic the local-detection
+// mode counts as coming from a pod of this cluster.
+func localSourceRules(f v1.IPFamily, det core.FamilyLocalDetect, v Verdict) []Rule {
+	var rules []Rule
+	switch det.Mode {
+	case core.LocalDetectClusterCIDR, core.LocalDetectNodeCIDR:
+		for _, p := range det.CIDRs {
+			if p.Addr().Is4() != (f == v1.IPv4Protocol) {
+				continue
+			}
+			rules = append(rules, Rule{MatchAddr{Family: f, Source: true, Prefix: p.Masked()}, v})
+		}
+	case core.LocalDetectBridgeInterface:
+		rules = append(rules, Rule{MatchIif{Name: det.Interface}, v})
+	case core.LocalDetectInterfaceNamePrefix:
+		rules = append(rules, Rule{MatchIif{Name: det.Interface, Prefix: true}, v})
+	}
+	return rules
+}
+
+type portBuilder struct {
+	p   *core.ServicePort
+	det core.FamilyLocalDetect
+	o   *PortObjects
+	aff map[string]bool
+}
+
+// BuildPort computes the objects of one Service port.
+func BuildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *PortObjects {
+	f := p.Key.Family
+	b := &portBuilder{p: p, det: det, o: &PortObjects{Key: p.Key, ClusterIP: p.ClusterIP}, aff: map[string]bool{}}
+	svc := portChainName("svc", p)
+
+	// Internal (ClusterIP) traffic.
+	var rules []Rule
+	switch {
+	case p.Masquerade.All:
+		rules = append(rules, Rule{Verdict{Kind: "jump", Chain: chainMarkMasq}})
+	case p.Masquerade.OffClusterInternal && det.Implemented():
+		rules = append(rules, Rule{Verdict{Kind: "jump", Chain: offClusterChain(f)}})
+	}
+	rules = append(rules, b.body(p.InternalEndpoints(), p.InternalEmpty)...)
+	b.o.Chains = append(b.o.Chains, &Chain{Name: svc, Rules: rules})
+
+	// External traffic (NodePort, ExternalIP, LoadBalancer).
+	var ext, fw string
+	hasExternal, hasLB := false, false
+	for _, fe := range p.Frontends {
+		hasExternal = hasExternal || fe.Kind.External()
+		hasLB = hasLB || fe.Kind == core.FrontendLoadBalancer
+	}
+	if hasExternal {
+		ext = portChainName("ext", p)
+		var er []Rule
+		if !p.ExternalPolicyLocal {
+			if p.Masquerade.External {
+				er = append(er, Rule{Verdict{Kind: "jump", Chain: chainMarkMasq}})
+			}
+			if p.Masquerade.External && !p.InternalPolicyLocal {
+				er = append(er, Rule{Verdict{Kind: "goto", Chain: svc}})
+			} else {
+				er = append(er, b.body(p.ExternalEndpoints(), p.ExternalEmpty)...)
+			}
+		} else {
+			// Local policy: traffic from pods and from the node itself may use
+			// every endpoint; only traffic from outside keeps its source and
+			// is limited to this node's endpoints.
+			cluster := svc
+			if p.InternalPolicyLocal {
+				if len(p.ClusterEndpoints) > 0 {
+					cluster = portChainName("clu", p)
+					b.o.Chains = append(b.o.Chains, &Chain{Name: cluster, Rules: b.body(p.ClusterEndpoints, core.VerdictReject)})
+				} else {
+					cluster = chainReject
+				}
+			}
+			if det.Implemented() {
+				er = append(er, localSourceRules(f, det, Verdict{Kind: "goto", Chain: cluster})...)
+			}
+			er = append(er,
+				Rule{MatchLocalSource{}, Verdict{Kind: "jump", Chain: chainMarkMasq}},
+				Rule{MatchLocalSource{}, Verdict{Kind: "goto", Chain: cluster}})
+			er = append(er, b.body(p.LocalEndpoints, p.ExternalEmpty)...)
+		}
+		b.o.Chains = append(b.o.Chains, &Chain{Name: ext, Rules: er})
+		if hasLB && len(p.SourceRanges) > 0 {
+			fw = portChainName("fw", p)
+			var fr []Rule
+			for _, r := range p.SourceRanges {
+				fr = append(fr, Rule{MatchAddr{Family: f, Source: true, Prefix: r.Masked()}, Verdict{Kind: "goto", Chain: ext}})
+			}
+			fr = append(fr, Rule{Verdict{Kind: "drop"}})
+			b.o.Chains = append(b.o.Chains, &Chain{Name: fw, Rules: fr})
+		}
+	}
+
+	for _, fe := range p.Frontends {
+		target := svc
+		switch {
+		case fe.Kind == core.FrontendLoadBalancer && fw != "":
+			target = fw
+		case fe.Kind.External():
+			target = ext
+		}
+		b.o.Frontends = append(b.o.Frontends, Element{Addr: fe.Addr, Proto: p.Protocol, Port: fe.Port, Chain: target, Comment: string(fe.Kind)})
+	}
+	if cfg.LocalhostNodePorts && f == v1.IPv4Protocol && p.NodePort != 0 && ext != "" {
+		b.o.Frontends = append(b.o.Frontends, Element{Addr: netip.AddrFrom4([4]byte{127, 0, 0, 1}), Proto: p.Protocol,
+			Port: p.NodePort, Chain: ext, Comment: string(core.FrontendNodePort)})
+	}
+
+	seen := map[netip.Addr]bool{}
+	for _, set := range [][]core.Endpoint{p.ClusterEndpoints, p.LocalEndpoints} {
+		for _, ep := range set {
+			if !seen[ep.Addr] {
+				seen[ep.Addr] = true
+				b.o.Endpoints = append(b.o.Endpoints, ep.Addr)
+			}
+		}
+	}
+	return b.o
+}
+
+// body spreads new connections over eps: optional affinity lookups, then a
+// cascade "numgen random mod (n-k) == 0 → endpoint k" that picks each endpoint
+// with probability 1/n and needs no per-Service map (maps bound to rules make
+// the kernel's work grow with the square of the number of Services).
+func (b *portBuilder) body(eps []core.Endpoint, empty core.Verdict) []Rule {
+	f := b.p.Key.Family
+	if len(eps) == 0 {
+		if empty == core.VerdictDrop {
+			return []Rule{{Verdict{Kind: "drop"}}}
+		}
+		return []Rule{{Verdict{Kind: "goto", Chain: chainReject}}}
+	}
+	var rules []Rule
+	var sets []string
+	if b.p.Affinity.ClientIP {
+		timeout := time.Duration(b.p.Affinity.TimeoutSeconds) * time.Second
+		if timeout <= 0 {
+			timeout = time.Duration(core.DefaultAffinityTimeoutSeconds) * time.Second
+		}
+		for _, ep := range eps {
+			name := affinitySetName(b.p, ep, timeout)
+			sets = append(sets, name)
+			if !b.aff[name] {
+				b.aff[name] = true
+				b.o.AffinitySets = append(b.o.AffinitySets, Set{Name: name, Family: f, Kind: SetAffinity, Timeout: timeout})
+			}
+			rules = append(rules, Rule{MatchAddrSet{Family: f, Source: true, Set: name}, UpdateAffinity{f, name}, DNAT{f, b.p.Protocol, ep.AddrPort()}})
+		}
+	}
+	n := len(eps)
+	for k, ep := range eps {
+		var r Rule
+		if k < n-1 {
+			r = append(r, MatchRandom{uint32(n - k)})
+		}
+		if sets != nil {
+			r = append(r, UpdateAffinity{f, sets[k]})
+		}
+		r = append(r, DNAT{f, b.p.Protocol, ep.AddrPort()})
+		rules = append(rules, r)
+	}
+	return rules
+}

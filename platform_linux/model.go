@@ -1,0 +1,286 @@
+package nft
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// MasqueradeMark is the packet mark bit the service chains set on connections
+// that must be masqueraded; the postrouting chain clears it and masquerades.
+// It is the only thing crossproxy's rules share with the rest of the node.
+const MasqueradeMark uint32 = 0x4000
+
+// Names of the table-wide chains and sets. Per-Service-port objects are named by
+// portChainName and affinitySetName.
+const (
+	chainPrerouting   = "nat-prerouting"
+	chainOutput       = "nat-output"
+	chainPostrouting  = "nat-postrouting"
+	chainMarkMasq     = "mark-for-masquerade"
+	chainReject       = "reject-chain"
+	chainOffClusterV4 = "masq-off-cluster-v4"
+	chainOffClusterV6 = "masq-off-cluster-v6"
+)
+
+// Priorities of the base chains: dstnat and srcnat, as kube-proxy uses them.
+const (
+	priorityDstNAT int32 = -100
+	prioritySrcNAT int32 = 100
+)
+
+// SetKind is the key (and data) type of a set, which decides how its elements
+// are encoded.
+type SetKind int
+
+const (
+	// SetFrontends is a verdict map "address . protocol . port : verdict".
+	SetFrontends SetKind = iota
+	// SetAddrs is a set of addresses.
+	SetAddrs
+	// SetAddrPairs is a set of "address . address" (hairpin).
+	SetAddrPairs
+	// SetAffinity is a dynamic set of client addresses with a timeout.
+	SetAffinity
+)
+
+// Set is one named set or map of the table.
+type Set struct {
+	Name    string
+	Family  v1.IPFamily
+	Kind    SetKind
+	Timeout time.Duration // SetAffinity only
+}
+
+// Element is one element of a set; which fields count depends on the set's Kind.
+type Element struct {
+	Addr  netip.Addr
+	Addr2 netip.Addr // SetAddrPairs
+	Proto v1.Protocol
+	Port  uint16
+	// Chain is the verdict "goto Chain" of a SetFrontends element.
+	Chain string
+	// Comment names the frontend kind, so a reader of the table (and
+	// Programmed) can tell a NodePort from an ExternalIP.
+	Comment string
+}
+
+// Hook makes a chain a base chain.
+type Hook struct {
+	Type     string // "nat"
+	Hook     string // "prerouting", "output", "postrouting"
+	Priority int32
+}
+
+// Chain is one chain with its rules in order.
+type Chain struct {
+	Name  string
+	Hook  *Hook
+	Rules []Rule
+}
+
+// Rule is a sequence of matches and statements, evaluated in order.
+type Rule []Stmt
+
+// Stmt is one match or statement of a rule. Every Stmt is a comparable value
+// type, so rules compare with ==.
+type Stmt interface{ nft() string }
+
+// MatchFamily matches the packet's IP family (meta nfproto).
+type MatchFamily struct{ Family v1.IPFamily }
+
+// MatchL4 matches the transport protocol.
+type MatchL4 struct{ Proto v1.Protocol }
+
+// MatchAddr matches the source or destination address against a prefix.
+type MatchAddr struct {
+	Family v1.IPFamily
+	Source bool
+	Prefix netip.Prefix
+	Invert bool
+}
+
+// MatchAddrSet matches the source or destination address against a named set.
+type MatchAddrSet struct {
+	Family v1.IPFamily
+	Source bool
+	Set    string
+}
+
+// MatchHairpin matches "source . destination" against a set of address pairs:
+// a packet that a DNAT sent back to the pod that sent it.
+type MatchHairpin struct {
+	Family v1.IPFamily
+	Set    string
+}
+
+// MatchIif matches the input interface name, or a prefix of it.
+type MatchIif struct {
+	Name   string
+	Prefix bool
+}
+
+// MatchLocalSource matches packets whose source address is one of this host's (fib saddr type local).
+type MatchLocalSource struct{}
+
+// MatchMark matches packets with the mark bit set.
+type MatchMark struct{ Bit uint32 }
+
+// MatchDNAT matches connections that were destination-NATed (ct status dnat).
+type MatchDNAT struct{}
+
+// MatchRandom matches one packet in Mod, chosen at random (numgen random mod Mod == 0).
+type MatchRandom struct{ Mod uint32 }
+
+// Dispatch looks "daddr . l4proto . dport" up in a verdict map.
+type Dispatch struct {
+	Family v1.IPFamily
+	Map    string
+}
+
+// SetMark sets the mark bit.
+type SetMark struct{ Bit uint32 }
+
+// ClearMark clears the mark bit.
+type ClearMark struct{ Bit uint32 }
+
+// UpdateAffinity adds or refreshes the source address in a dynamic set.
+type UpdateAffinity struct {
+	Family v1.IPFamily
+	Set    string
+}
+
+// DNAT rewrites the destination to an endpoint. It carries the transport
+// protocol because a port rewrite is only valid after a protocol match
+// (meta l4proto), which it includes.
+type DNAT struct {
+	Family v1.IPFamily
+	Proto  v1.Protocol
+	To     netip.AddrPort
+}
+
+// Masquerade rewrites the source to the outgoing interface's address.
+type Masquerade struct{}
+
+// Reject refuses the packet: a TCP reset, or ICMP port unreachable.
+type Reject struct{ TCPReset bool }
+
+// Verdict ends the rule with accept, drop, return, jump or goto.
+type Verdict struct {
+	Kind  string // "accept", "drop", "return", "jump", "goto"
+	Chain string
+}
+
+func ipKeyword(f v1.IPFamily) string {
+	if f == v1.IPv6Protocol {
+		return "ip6"
+	}
+	return "ip"
+}
+
+func protoName(p v1.Protocol) string { return strings.ToLower(string(p)) }
+
+func dir(source bool) string {
+	if source {
+		return "saddr"
+	}
+	return "daddr"
+}
+
+func (m MatchFamily) nft() string {
+	if m.Family == v1.IPv6Protocol {
+		return "meta nfproto ipv6"
+	}
+	return "meta nfproto ipv4"
+}
+func (m MatchL4) nft() string { return "meta l4proto " + protoName(m.Proto) }
+func (m MatchAddr) nft() string {
+	op := ""
+	if m.Invert {
+		op = "!= "
+	}
+	p := m.Prefix.String()
+	if m.Prefix.IsSingleIP() {
+		p = m.Prefix.Addr().String()
+	}
+	return fmt.Sprintf("%s %s %s%s", ipKeyword(m.Family), dir(m.Source), op, p)
+}
+func (m MatchAddrSet) nft() string {
+	return fmt.Sprintf("%s %s @%s", ipKeyword(m.Family), dir(m.Source), m.Set)
+}
+func (m MatchHairpin) nft() string {
+	k := ipKeyword(m.Family)
+	return fmt.Sprintf("%s saddr . %s daddr @%s", k, k, m.Set)
+}
+func (m MatchIif) nft() string {
+	if m.Prefix {
+		return fmt.Sprintf("iifname %q", m.Name+"*")
+	}
+	return fmt.Sprintf("iifname %q", m.Name)
+}
+func (MatchLocalSource) nft() string { return "fib saddr type local" }
+func (m MatchMark) nft() string      { return fmt.Sprintf("meta mark & 0x%08x != 0x00000000", m.Bit) }
+func (MatchDNAT) nft() string        { return "ct status dnat" }
+func (m MatchRandom) nft() string    { return fmt.Sprintf("numgen random mod %d 0", m.Mod) }
+func (d Dispatch) nft() string {
+	k := ipKeyword(d.Family)
+	return fmt.Sprintf("%s daddr . meta l4proto . th dport vmap @%s", k, d.Map)
+}
+func (s SetMark) nft() string   { return fmt.Sprintf("meta mark set meta mark | 0x%08x", s.Bit) }
+func (s ClearMark) nft() string { return fmt.Sprintf("meta mark set meta mark & 0x%08x", ^s.Bit) }
+func (u UpdateAffinity) nft() string {
+	return fmt.Sprintf("update @%s { %s saddr }", u.Set, ipKeyword(u.Family))
+}
+func (d DNAT) nft() string {
+	return fmt.Sprintf("meta l4proto %s dnat %s to %s", protoName(d.Proto), ipKeyword(d.Family), d.To)
+}
+func (Masquerade) nft() string { return "masquerade fully-random" }
+func (r Reject) nft() string {
+	if r.TCPReset {
+		return "reject with tcp reset"
+	}
+	return "reject"
+}
+func (v Verdict) nft() string {
+	if v.Chain != "" {
+		return v.Kind + " " + v.Chain
+	}
+	return v.Kind
+}
+
+// String prints the rule in nft syntax.
+func (r Rule) String() string {
+	parts := make([]string, len(r))
+	for i, s := range r {
+		parts[i] = s.nft()
+	}
+	return strings.Join(parts, " ")
+}
+
+// Equal reports whether two rules are the same, statement by statement.
+func (r Rule) Equal(o Rule) bool {
+	if len(r) != len(o) {
+		return false
+	}
+	for i := range r {
+		if r[i] != o[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func rulesEqual(a, b []Rule) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !a[i].Equal(b[i]) {
+			return false
+		}
+	}
+	return true
+}
