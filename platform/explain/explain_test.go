@@ -432,7 +432,7 @@ func TestTextAndJSON(t *testing.T) {
 		"10.244.1.5  ready,serving  node n1  zone a",
 		"3. computed for node n1 (families IPv4)",
 		"ClusterIP 10.96.0.10:80/TCP -> cluster set empty: reject",
-		`left out of all set: 10.244.1.5 (slice web-7x2k): NoMatchingPort: service port "http"/TCP (targetPort http) matches no port in slice web-7x2k`,
+		`left out of every set: 10.244.1.5 (slice web-7x2k): NoMatchingPort: service port "http"/TCP (targetPort http) matches no port in slice web-7x2k`,
 		"4. programmed in fake",
 		"ClusterIP 10.96.0.10:80/TCP -> empty: reject",
 		"connection TCP 10.0.0.1:40000 -> 10.96.0.10:80 -> 10.244.1.5:8080 SYN_SENT",

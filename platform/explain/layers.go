@@ -33,6 +33,9 @@ func declared(in *Input) Declared {
 	if d.Type == "" {
 		d.Type = string(v1.ServiceTypeClusterIP)
 	}
+	if d.SessionAffinity == "" {
+		d.SessionAffinity = string(v1.ServiceAffinityNone)
+	}
 	if len(d.ClusterIPs) == 0 && s.ClusterIP != "" {
 		d.ClusterIPs = []string{s.ClusterIP}
 	}

@@ -204,7 +204,11 @@ func (r *Report) textComputed(p printer) {
 			if e.Port != 0 {
 				addr = fmt.Sprintf("%s port %d", addr, e.Port)
 			}
-			p(2, "left out of %s set: %s (slice %s): %s: %s", e.Set, orDash(addr), e.Slice, e.Reason, e.Detail)
+			set := e.Set + " set"
+			if e.Set == "all" {
+				set = "every set"
+			}
+			p(2, "left out of %s: %s (slice %s): %s: %s", set, orDash(addr), e.Slice, e.Reason, e.Detail)
 		}
 	}
 }
