@@ -1,0 +1,50 @@
+package logging
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"k8s.io/klog/v2"
+)
+
+func TestNewFormatsAndLevels(t *testing.T) {
+	var buf bytes.Buffer
+	log, err := New(&buf, "json", "debug")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.WithField("service", "ns/web").WithField("sync", 7).Debug("synced")
+	var m map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
+		t.Fatalf("not JSON: %q", buf.String())
+	}
+	if m["service"] != "ns/web" || m["sync"] != float64(7) || m["level"] != "debug" {
+		t.Fatalf("fields %v", m)
+	}
+	if _, err := New(&buf, "xml", "info"); err == nil || !strings.Contains(err.Error(), "log format") {
+		t.Fatalf("bad format: %v", err)
+	}
+	if _, err := New(&buf, "text", "loud"); err == nil || !strings.Contains(err.Error(), "log level") {
+		t.Fatalf("bad level: %v", err)
+	}
+}
+
+func TestKlogGoesThroughLogrus(t *testing.T) {
+	var buf bytes.Buffer
+	log, _ := New(&buf, "json", "info")
+	RedirectKlog(log)
+	defer klog.ClearLogger()
+	klog.ErrorS(errors.New("connection refused"), "Failed to watch", "reflector", "services")
+	klog.V(4).InfoS("hidden at info")
+	klog.Flush()
+	out := buf.String()
+	if !strings.Contains(out, `"component":"client-go"`) || !strings.Contains(out, "connection refused") || !strings.Contains(out, `"reflector":"services"`) {
+		t.Fatalf("klog error not in logrus output: %q", out)
+	}
+	if strings.Contains(out, "hidden at info") {
+		t.Fatalf("V(4) shown at info: %q", out)
+	}
+}
