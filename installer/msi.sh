@@ -26,8 +26,11 @@ msibuild "$msi" -q "UPDATE \`Property\` SET \`Value\` = '$secure' WHERE \`Proper
 # Attributes is part of the Upgrade table's key, so the table is rewritten.
 msiinfo export "$msi" Upgrade | awk -F'\t' 'BEGIN{OFS="\t"} {sub(/\r$/, "")} NR>3 && $7=="WIX_UPGRADE_DETECTED"{$5=513} {printf "%s\r\n", $0}' > "$stage/Upgrade.idt"
 msibuild "$msi" -i "$stage/Upgrade.idt"
-msiinfo export "$msi" Component | grep -qP '^ConfigFile\t.*\t400\t' || { echo "msi: ConfigFile attributes not set" >&2; exit 1; }
-msiinfo export "$msi" Upgrade | grep -qP '\t513\t\tWIX_UPGRADE_DETECTED\r?$' || { echo "msi: upgrade attributes not set" >&2; exit 1; }
+# (grep reads whole exports: with -q and pipefail, SIGPIPE would fail them.)
+msiinfo export "$msi" Component > "$stage/Component.idt"
+msiinfo export "$msi" Upgrade > "$stage/Upgrade.check"
+grep -qP '^ConfigFile\t.*\t400\t' "$stage/Component.idt" || { echo "msi: ConfigFile attributes not set" >&2; exit 1; }
+grep -qP '\t513\t\tWIX_UPGRADE_DETECTED\r?$' "$stage/Upgrade.check" || { echo "msi: upgrade attributes not set" >&2; exit 1; }
 if [ -n "${CERT:-}" ]; then bash "$here/sign.sh" "$msi"; fi
 mkdir -p "$(dirname "$out")"
 mv "$msi" "$out"

@@ -1,0 +1,447 @@
+//go:build installer
+
+package installer
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The MSI suite needs wixl, msitools, Wine and mingw (test/setup-host.sh
+// installs them); `make test-installer` runs it with -tags installer.
+
+// windowsExe returns the crossproxy windows/amd64 binary to pack: the one
+// `make msi` built (CROSSPROXY_WINDOWS_EXE), or a fresh build.
+func windowsExe(t *testing.T, dir string) string {
+	t.Helper()
+	if exe := os.Getenv("CROSSPROXY_WINDOWS_EXE"); exe != "" {
+		return exe
+	}
+	exe := filepath.Join(dir, "crossproxy.exe")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", exe, "./cmd/crossproxy")
+	cmd.Dir = RepoRoot()
+	cmd.Env = append(os.Environ(), "GOOS=windows", "GOARCH=amd64", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build windows binary: %v\n%s", err, out)
+	}
+	return exe
+}
+
+// buildMSI runs installer/msi.sh, as `make msi` does.
+func buildMSI(t *testing.T, exe, version, dir string) string {
+	t.Helper()
+	out := filepath.Join(dir, "crossproxy-"+version+".msi")
+	cmd := exec.Command("bash", filepath.Join(RepoRoot(), "installer", "msi.sh"), exe,
+		filepath.Join(RepoRoot(), "installer", "windows", "config.yaml"), version,
+		filepath.Join(dir, "stage-"+version), out)
+	cmd.Env = append(os.Environ(), "CERT=", "KEY=")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("msi.sh %s: %v\n%s", version, err, b)
+	}
+	return out
+}
+
+// msiTable exports one table with msiinfo: rows of columns, headers dropped.
+func msiTable(t *testing.T, msi, table string) [][]string {
+	t.Helper()
+	out, err := exec.Command("msiinfo", "export", msi, table).Output()
+	if err != nil {
+		t.Fatalf("msiinfo export %s: %v", table, err)
+	}
+	var rows [][]string
+	for i, line := range strings.Split(strings.ReplaceAll(string(out), "\r", ""), "\n") {
+		if i < 3 || line == "" {
+			continue
+		}
+		rows = append(rows, strings.Split(line, "\t"))
+	}
+	return rows
+}
+
+// keyed indexes rows by their first column.
+func keyed(rows [][]string) map[string][]string {
+	m := map[string][]string{}
+	for _, r := range rows {
+		m[r[0]] = r
+	}
+	return m
+}
+
+func TestMSITables(t *testing.T) {
+	dir := t.TempDir()
+	msi := buildMSI(t, windowsExe(t, dir), "1.2.3", dir)
+
+	files := keyed(msiTable(t, msi, "File"))
+	for id, want := range map[string][2]string{"CrossproxyExe": {"CrossproxyExe", "crossproxy.exe"}, "ConfigYaml": {"ConfigFile", "config.yaml"}} {
+		if r := files[id]; r == nil || r[1] != want[0] || r[2] != want[1] {
+			t.Errorf("File %s: %v, want component %s file %s", id, r, want[0], want[1])
+		}
+	}
+
+	comps := keyed(msiTable(t, msi, "Component"))
+	wantComp := map[string][2]string{ // directory, attributes
+		"CrossproxyExe": {"INSTALLDIR", "256"}, // 64-bit
+		"Settings":      {"INSTALLDIR", "260"}, // 64-bit, registry key path
+		"ConfigFile":    {"CONFIGDIR", "400"},  // 64-bit, NeverOverwrite, Permanent
+	}
+	if len(comps) != len(wantComp) {
+		t.Errorf("components %v, want %v", comps, wantComp)
+	}
+	for id, want := range wantComp {
+		if r := comps[id]; r == nil || r[2] != want[0] || r[3] != want[1] {
+			t.Errorf("Component %s: %v, want directory %s attributes %s", id, r, want[0], want[1])
+		}
+	}
+
+	dirs := keyed(msiTable(t, msi, "Directory"))
+	if r := dirs["INSTALLDIR"]; r == nil || r[1] != "ProgramFiles64Folder" || r[2] != "crossproxy" {
+		t.Errorf("Directory INSTALLDIR: %v, want ProgramFiles64Folder\\crossproxy", r)
+	}
+	if r := dirs["CONFIGDIR"]; r == nil || r[1] != "CommonAppDataFolder" || r[2] != "crossproxy" {
+		t.Errorf("Directory CONFIGDIR: %v, want CommonAppDataFolder\\crossproxy", r)
+	}
+
+	// Name, DisplayName, ServiceType, StartType, ErrorControl, LoadOrderGroup,
+	// Dependencies, StartName, Password, Arguments, Component_.
+	si := keyed(msiTable(t, msi, "ServiceInstall"))["CrossproxyService"]
+	if si == nil || si[1] != "crossproxy" || si[3] != "16" || si[4] != "2" || si[8] != "LocalSystem" ||
+		si[10] != "[SERVICEARGS]" || si[11] != "CrossproxyExe" {
+		t.Errorf("ServiceInstall: %q, want crossproxy, own process (16), automatic (2), LocalSystem, [SERVICEARGS], on CrossproxyExe", si)
+	}
+	// Event 163: start on install (1), stop on install (2) and uninstall (32), delete on uninstall (128).
+	sc := keyed(msiTable(t, msi, "ServiceControl"))["CrossproxyService"]
+	if sc == nil || sc[1] != "crossproxy" || sc[2] != "163" || sc[4] != "1" || sc[5] != "CrossproxyExe" {
+		t.Errorf("ServiceControl: %q, want crossproxy, event 163, wait, on CrossproxyExe", sc)
+	}
+
+	// UpgradeCode, VersionMin, VersionMax, Language, Attributes, Remove, ActionProperty.
+	up := msiTable(t, msi, "Upgrade")
+	const upgradeCode = "{E608443E-1D58-46AE-88E2-F2B64A709E6D}"
+	var sawUpgrade, sawDowngrade bool
+	for _, r := range up {
+		if r[0] != upgradeCode {
+			t.Errorf("Upgrade row %q: UpgradeCode changed; every release must keep %s", r, upgradeCode)
+		}
+		switch r[6] {
+		case "WIX_UPGRADE_DETECTED":
+			sawUpgrade = r[2] == "1.2.3" && r[4] == "513" // up to and including this version
+		case "WIX_DOWNGRADE_DETECTED":
+			sawDowngrade = r[1] == "1.2.3" && r[4] == "2" // only detect newer ones
+		}
+	}
+	if !sawUpgrade || !sawDowngrade {
+		t.Errorf("Upgrade table %q: want an upgrade row to 1.2.3 inclusive (513) and a downgrade detection row", up)
+	}
+
+	props := keyed(msiTable(t, msi, "Property"))
+	if r := props["ProductVersion"]; r == nil || r[1] != "1.2.3" {
+		t.Errorf("ProductVersion %v, want 1.2.3", r)
+	}
+	secure := props["SecureCustomProperties"]
+	for _, p := range []string{"KUBECONFIG", "NETWORKNAME", "SOURCEVIP", "NODENAME", "CLUSTERCIDR", "ENABLEDSR", "EXTRAARGS"} {
+		if secure == nil || !strings.Contains(";"+secure[1]+";", ";"+p+";") {
+			t.Errorf("SecureCustomProperties %v lacks %s", secure, p)
+		}
+	}
+
+	// Sequencing: wixl honours explicit numbers, so check the order that matters.
+	seq := map[string]int{}
+	for _, r := range msiTable(t, msi, "InstallExecuteSequence") {
+		n, err := strconv.Atoi(r[2])
+		if err != nil {
+			t.Fatalf("InstallExecuteSequence %q: %v", r, err)
+		}
+		seq[r[0]] = n
+	}
+	before := func(a, b string) {
+		if seq[a] == 0 || seq[b] == 0 || seq[a] >= seq[b] {
+			t.Errorf("InstallExecuteSequence: %s (%d) must come before %s (%d)", a, seq[a], b, seq[b])
+		}
+	}
+	for _, p := range []string{"Kubeconfig", "NetworkName", "SourceVip", "NodeName", "ClusterCidr", "EnableDsr", "ExtraArgs"} {
+		before("AppSearch", "Recall"+p)
+		before("Recall"+p, "CostFinalize")
+	}
+	before("CostFinalize", "ArgsBase")
+	prev := "ArgsBase"
+	for _, a := range []string{"ArgsKubeconfig", "ArgsNetworkName", "ArgsSourceVip", "ArgsNodeName", "ArgsClusterCidr", "ArgsEnableDsr", "ArgsExtra"} {
+		before(prev, a)
+		prev = a
+	}
+	before(prev, "InstallValidate")
+	before("InstallValidate", "RemoveExistingProducts")
+	before("RemoveExistingProducts", "InstallInitialize")
+	before("InstallFiles", "InstallServices")
+	before("InstallServices", "StartServices")
+	before("StopServices", "DeleteServices")
+
+	ca := keyed(msiTable(t, msi, "CustomAction"))
+	if r := ca["ArgsBase"]; r == nil || !strings.HasPrefix(r[3], `run --windows-service --config "[CommonAppDataFolder]crossproxy\config.yaml"`) {
+		t.Errorf("ArgsBase %q: the service must start with run --windows-service --config <ProgramData config>", r)
+	}
+}
+
+// winePrefix is a private Wine prefix with the Go shim; cleanup stops every
+// process Wine started in it.
+type winePrefix struct {
+	t   *testing.T
+	dir string
+}
+
+func newWinePrefix(t *testing.T, dir string) *winePrefix {
+	t.Helper()
+	w := &winePrefix{t: t, dir: filepath.Join(dir, "wine")}
+	cmd := exec.Command("bash", filepath.Join(RepoRoot(), "test", "installer", "wine", "prefix.sh"), w.dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("wine prefix: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		k := exec.Command("wineserver", "-k")
+		k.Env = w.env()
+		_ = k.Run()
+	})
+	return w
+}
+
+func (w *winePrefix) env() []string {
+	return append(os.Environ(), "WINEPREFIX="+w.dir, "WINEDEBUG=-all", "WINEARCH=win64")
+}
+
+// run runs a Windows program in the prefix and returns its output and exit
+// status (Linux keeps the low 8 bits: 1603 reads as 67).
+func (w *winePrefix) run(args ...string) (string, int) {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "wine", args...)
+	cmd.Env = w.env()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			w.t.Fatalf("wine %v: %v", args, err)
+		}
+		code = ee.ExitCode()
+	}
+	return out.String(), code
+}
+
+// path maps a Windows path under C:\ into the prefix.
+func (w *winePrefix) path(win string) string {
+	rel := strings.ReplaceAll(strings.TrimPrefix(win, `C:\`), `\`, "/")
+	return filepath.Join(w.dir, "drive_c", rel)
+}
+
+// msiexec runs msiexec with a verbose log and prints the log on failure.
+func (w *winePrefix) msiexec(wantCode int, args ...string) {
+	w.t.Helper()
+	log := filepath.Join(filepath.Dir(w.dir), fmt.Sprintf("msiexec-%d.log", time.Now().UnixNano()))
+	out, code := w.run(append(append([]string{"msiexec"}, args...), "/qn", "/l*v", "Z:"+strings.ReplaceAll(log, "/", `\`))...)
+	if code != wantCode {
+		b, _ := os.ReadFile(log)
+		w.t.Fatalf("msiexec %v: exit %d, want %d\n%s\n--- log (tail) ---\n%s", args, code, wantCode, out, tail(string(b), 60))
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// serviceState asks Wine's service manager for the state word (RUNNING, ...)
+// of the crossproxy service, or "" when it does not exist.
+func (w *winePrefix) serviceState() string {
+	out, _ := w.run("sc", "query", "crossproxy")
+	m := regexp.MustCompile(`STATE\s*:\s*\d+\s+(\w+)`).FindStringSubmatch(out)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+// waitRunning waits for the service to run, then checks it is still running
+// a little later (a service that starts and dies must fail the test).
+func (w *winePrefix) waitRunning() {
+	w.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for w.serviceState() != "RUNNING" {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("service crossproxy: state %q, want RUNNING", w.serviceState())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	if s := w.serviceState(); s != "RUNNING" {
+		w.t.Fatalf("service crossproxy: %s two seconds after it started, want RUNNING", s)
+	}
+}
+
+func (w *winePrefix) regQuery(key, value string) string {
+	out, code := w.run("reg", "query", key, "/v", value)
+	if code != 0 {
+		return ""
+	}
+	m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(value) + `\s+REG_\w+\s+(.*?)\r?$`).FindStringSubmatch(out)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+const serviceKey = `HKLM\System\CurrentControlSet\Services\crossproxy`
+
+// TestMSIUnderWine installs the MSI, upgrades it in place with a newer one,
+// refuses a downgrade and uninstalls it, each time with the real crossproxy
+// service started or stopped by Wine's service manager. The service runs in
+// standalone mode (a manifest directory, no API server); HNS is absent under
+// Wine, so its syncs fail and are retried while the service keeps running.
+func TestMSIUnderWine(t *testing.T) {
+	dir := t.TempDir()
+	exe := windowsExe(t, dir)
+	v1 := buildMSI(t, exe, "0.0.1", dir)
+	v2 := buildMSI(t, exe, "0.0.2", dir)
+	w := newWinePrefix(t, dir)
+	win := func(p string) string { return "Z:" + strings.ReplaceAll(p, "/", `\`) }
+
+	// Standalone mode's input: one Service with one endpoint.
+	manifests := w.path(`C:\crossproxy-test`)
+	if err := os.MkdirAll(manifests, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(manifests, "service.yaml"), []byte(testServiceYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exePath := w.path(`C:\Program Files\crossproxy\crossproxy.exe`)
+	configPath := w.path(`C:\ProgramData\crossproxy\config.yaml`)
+
+	t.Run("install", func(t *testing.T) {
+		w.t = t
+		w.msiexec(0, "/i", win(v1), "NETWORKNAME=crossproxy-test", "NODENAME=node-a",
+			"CLUSTERCIDR=10.244.0.0/16", `EXTRAARGS=--manifests=C:\crossproxy-test`)
+		for _, f := range []string{exePath, configPath} {
+			if _, err := os.Stat(f); err != nil {
+				t.Errorf("installed file: %v", err)
+			}
+		}
+		img := w.regQuery(serviceKey, "ImagePath")
+		for _, want := range []string{`crossproxy.exe run --windows-service --config "C:\ProgramData\crossproxy\config.yaml"`,
+			`--network-name "crossproxy-test"`, "--hostname-override node-a", "--cluster-cidr 10.244.0.0/16", `--manifests=C:\crossproxy-test`} {
+			if !strings.Contains(img, want) {
+				t.Errorf("service ImagePath %q lacks %q", img, want)
+			}
+		}
+		if strings.Contains(img, "--kubeconfig") || strings.Contains(img, "--source-vip") || strings.Contains(img, "--enable-dsr") {
+			t.Errorf("service ImagePath %q has flags for properties that were not given", img)
+		}
+		if v := w.regQuery(serviceKey, "Start"); v != "0x2" {
+			t.Errorf("service start type %q, want automatic (0x2)", v)
+		}
+		w.waitRunning()
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("upgrade keeps the edited config and the settings", func(t *testing.T) {
+		w.t = t
+		edited := "\n# edited by the admin\n"
+		f, err := os.OpenFile(configPath, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = f.WriteString(edited)
+		_ = f.Close()
+
+		w.msiexec(0, "/i", win(v2)) // no properties: the remembered ones apply
+		if v := w.regQuery(`HKLM\SOFTWARE\crossproxy`, "Version"); v != "0.0.2" {
+			t.Errorf("installed version %q, want 0.0.2", v)
+		}
+		b, err := os.ReadFile(configPath)
+		if err != nil || !strings.HasSuffix(string(b), edited) {
+			t.Errorf("config.yaml after upgrade lost the admin's edit (err %v):\n%s", err, b)
+		}
+		img := w.regQuery(serviceKey, "ImagePath")
+		for _, want := range []string{`--network-name "crossproxy-test"`, "--hostname-override node-a", `--manifests=C:\crossproxy-test`} {
+			if !strings.Contains(img, want) {
+				t.Errorf("service ImagePath after upgrade %q lacks remembered %q", img, want)
+			}
+		}
+		w.waitRunning()
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("downgrade is refused", func(t *testing.T) {
+		w.t = t
+		w.msiexec(1603&0xff, "/i", win(v1))
+		if v := w.regQuery(`HKLM\SOFTWARE\crossproxy`, "Version"); v != "0.0.2" {
+			t.Errorf("version after a refused downgrade %q, want 0.0.2", v)
+		}
+		w.waitRunning()
+	})
+
+	t.Run("uninstall", func(t *testing.T) {
+		w.t = t
+		w.msiexec(0, "/x", win(v2))
+		if s := w.serviceState(); s != "" {
+			t.Errorf("service still registered after uninstall: %s", s)
+		}
+		if _, err := os.Stat(exePath); !os.IsNotExist(err) {
+			t.Errorf("%s after uninstall: %v, want it gone", exePath, err)
+		}
+		if v := w.regQuery(`HKLM\SOFTWARE\crossproxy`, "Version"); v != "" {
+			t.Errorf("HKLM\\SOFTWARE\\crossproxy still there after uninstall (Version %q)", v)
+		}
+		if _, err := os.Stat(configPath); err != nil {
+			t.Errorf("config.yaml must survive uninstall (it is the admin's): %v", err)
+		}
+	})
+}
+
+const testServiceYAML = `apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: default
+spec:
+  type: ClusterIP
+  clusterIP: 10.96.0.10
+  ports:
+  - name: http
+    port: 80
+    protocol: TCP
+    targetPort: 8080
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-1
+  namespace: default
+  labels:
+    kubernetes.io/service-name: web
+addressType: IPv4
+ports:
+- name: http
+  port: 8080
+  protocol: TCP
+endpoints:
+- addresses: ["10.244.1.5"]
+  conditions: {ready: true}
+  nodeName: node-b
+`
