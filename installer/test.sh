@@ -22,6 +22,4 @@ exe="$work/crossproxy.exe"
 GOOS=windows GOARCH=amd64 CGO_ENABLED=0 $GO build -trimpath -o "$exe" ./cmd/crossproxy
 
 echo "-- go tests (manifests, MSI tables, MSI under Wine, install.ps1, signing)"
-CROSSPROXY_WINDOWS_EXE="$exe" $GO test -count=1 -tags installer -v ./test/installer/ 2>&1 |
-  grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' || true
-CROSSPROXY_WINDOWS_EXE="$exe" $GO test -count=1 -tags installer ./test/installer/ >/dev/null
+CROSSPROXY_WINDOWS_EXE="$exe" $GO test -count=1 -tags installer -v ./test/installer/
