@@ -95,4 +95,14 @@ type BackendConfig struct {
 	SourceVIP string
 	// EnableDSR asks for direct server return where HNS supports it.
 	EnableDSR bool
+	// Notifier receives the features HNS cannot express for a Service, for
+	// Events on it (platform/events.Recorder); nil when no API server is
+	// followed (standalone mode).
+	Notifier Notifier
+}
+
+// Notifier is told about Service features a data plane cannot express, so
+// the Service's owner can be told (an Event). Implementations must not block.
+type Notifier interface {
+	Unsupported(svc types.NamespacedName, feature, detail string)
 }
