@@ -31,6 +31,7 @@ type runOptions struct {
 	coreOptions  func() (core.Options, error)
 	resolvedCore core.Options
 	logger       *logrus.Logger
+	debug        *runDebug // --debug-address (run_debug.go)
 }
 
 func newRunCommand() *cobra.Command {
@@ -70,6 +71,7 @@ Stopping run leaves the rules in place, so a restart or upgrade does not interru
 	f.StringVar(&ro.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&ro.logFormat, "log-format", "text", "log format: text or json")
 	ro.coreOptions = addCoreOptionFlags(cmd)
+	ro.debug = addRunDebugFlags(cmd)
 	return cmd
 }
 
@@ -136,6 +138,12 @@ func (ro *runOptions) run(ctx context.Context) error {
 		entry.WithField("ports", len(res.State.Ports)).Info("rules in sync")
 	})
 
+	// The debug endpoint, when enabled, records the objects on their way to the tracker.
+	sink, err := ro.debug.wire(ctx, tracker, backend, runner, ro.nodeName, log)
+	if err != nil {
+		return err
+	}
+
 	if len(ro.manifests) == 0 {
 		return errors.New("no source: give --manifests (standalone mode); API-server mode needs --kubeconfig or in-cluster config")
 	}
@@ -143,7 +151,7 @@ func (ro *runOptions) run(ctx context.Context) error {
 		Paths:    ro.manifests,
 		NodeName: ro.nodeName,
 		Interval: ro.pollInterval,
-		Sink:     tracker,
+		Sink:     sink,
 		Log:      log,
 		OnChange: runner.Trigger,
 	}
