@@ -42,10 +42,10 @@ func (c *candidate) servingTerminating() bool { return c.ep.Serving && c.ep.Term
 // Slices of a family the node does not run, or that the Service has no
 // ClusterIP for, and FQDN slices are left out without a problem: they are
 // legitimate, just not ours to proxy.
-func parseSlices(e *env, info *svcInfo, list []*discovery.EndpointSlice, probs *[]Problem) map[v1.IPFamily][]*parsedSlice {
-	out := map[v1.IPFamily][]*parsedSlice{}
+func parseSlices(e *env, info *svcInfo, list []*discovery.EndpointSlice, probs *[]Problem) [2][]*parsedSlice {
+	var out [2][]*parsedSlice
 	for _, s := range list {
-		sink := problemSink{kind: "EndpointSlice", object: s.Namespace + "/" + s.Name, svc: info.nsn, list: probs}
+		sink := problemSink{kind: "EndpointSlice", namespace: s.Namespace, name: s.Name, svc: info.nsn, list: probs}
 		var fam v1.IPFamily
 		switch s.AddressType {
 		case discovery.AddressTypeIPv4:
@@ -58,10 +58,10 @@ func parseSlices(e *env, info *svcInfo, list []*discovery.EndpointSlice, probs *
 			sink.add("addressType", "%q is not IPv4, IPv6 or FQDN; slice skipped", s.AddressType)
 			continue
 		}
-		if _, ok := info.clusterIP[fam]; !ok || !e.runs(fam) {
+		if !info.clusterIP[famIndex(fam)].IsValid() || !e.runs(fam) {
 			continue
 		}
-		out[fam] = append(out[fam], parseSlice(e, info, s, fam, sink))
+		out[famIndex(fam)] = append(out[famIndex(fam)], parseSlice(e, info, s, fam, sink))
 	}
 	return out
 }
@@ -149,9 +149,25 @@ func parseEndpoint(e *env, info *svcInfo, s *discovery.EndpointSlice, i int, fam
 	return c
 }
 
+// pick is one candidate offered to one Service port, with the slice's port number.
+type pick struct {
+	c    *candidate
+	port uint16
+}
+
+func (p pick) endpoint() Endpoint {
+	e := p.c.ep
+	e.Port = p.port
+	return e
+}
+
 // chooseEndpoints fills the endpoint sets, verdicts, topology and exclusions of sp.
 func chooseEndpoints(e *env, info *svcInfo, sp *ServicePort, p svcPort, parsed []*parsedSlice) {
-	var cands []candidate
+	n := 0
+	for _, ps := range parsed {
+		n += len(ps.eps)
+	}
+	picks := make([]pick, 0, n)
 	var excl []Exclusion
 	for _, ps := range parsed {
 		port := uint16(0)
@@ -161,7 +177,8 @@ func chooseEndpoints(e *env, info *svcInfo, sp *ServicePort, p svcPort, parsed [
 				break
 			}
 		}
-		for _, c := range ps.eps {
+		for i := range ps.eps {
+			c := &ps.eps[i]
 			switch {
 			case !c.valid:
 				excl = append(excl, Exclusion{Addr: c.raw, Port: port, Slice: ps.name, Set: SetAll, Reason: c.reason, Detail: c.detail})
@@ -169,97 +186,107 @@ func chooseEndpoints(e *env, info *svcInfo, sp *ServicePort, p svcPort, parsed [
 				excl = append(excl, Exclusion{Addr: c.raw, Slice: ps.name, Set: SetAll, Reason: ExcludedNoMatchingPort,
 					Detail: noPortDetail(p, ps)})
 			default:
-				c.ep.Port = port
-				cands = append(cands, c)
+				picks = append(picks, pick{c: c, port: port})
 			}
 		}
 	}
 	// Sort by destination; among copies of one destination the best comes
 	// first (not terminating, then ready), then the earliest slice.
-	slices.SortStableFunc(cands, func(a, b candidate) int {
+	slices.SortStableFunc(picks, func(a, b pick) int {
 		return cmp.Or(
-			a.ep.Addr.Compare(b.ep.Addr),
-			cmp.Compare(a.ep.Port, b.ep.Port),
-			boolFirst(!a.ep.Terminating, !b.ep.Terminating),
-			boolFirst(a.ep.Ready, b.ep.Ready),
+			a.c.ep.Addr.Compare(b.c.ep.Addr),
+			cmp.Compare(a.port, b.port),
+			boolFirst(!a.c.ep.Terminating, !b.c.ep.Terminating),
+			boolFirst(a.c.ep.Ready, b.c.ep.Ready),
 		)
 	})
-	kept := cands[:0]
-	for i, c := range cands {
-		if len(kept) > 0 && i > 0 && kept[len(kept)-1].ep.AddrPort() == c.ep.AddrPort() {
-			excl = append(excl, Exclusion{Addr: c.raw, Port: c.ep.Port, Slice: c.ep.Slice, Set: SetAll, Reason: ExcludedDuplicate,
-				Detail: fmt.Sprintf("%s is also in slice %s, whose copy is used (non-terminating, then ready copies win)", c.ep.AddrPort(), kept[len(kept)-1].ep.Slice)})
-			continue
+	kept := picks[:0]
+	for _, k := range picks {
+		if len(kept) > 0 {
+			last := kept[len(kept)-1]
+			if last.port == k.port && last.c.ep.Addr == k.c.ep.Addr {
+				excl = append(excl, Exclusion{Addr: k.c.raw, Port: k.port, Slice: k.c.ep.Slice, Set: SetAll, Reason: ExcludedDuplicate,
+					Detail: fmt.Sprintf("%s is also in slice %s, whose copy is used (non-terminating, then ready copies win)",
+						netip.AddrPortFrom(k.c.ep.Addr, k.port), last.c.ep.Slice)})
+				continue
+			}
 		}
-		kept = append(kept, c)
+		kept = append(kept, k)
 	}
-	cands = kept
+	picks = kept
 
 	anyReady, hasAny := false, false
-	for i := range cands {
-		anyReady = anyReady || cands[i].ep.Ready
-		hasAny = hasAny || cands[i].ep.Ready || cands[i].servingTerminating()
+	for _, k := range picks {
+		anyReady = anyReady || k.c.ep.Ready
+		hasAny = hasAny || k.c.ep.Ready || k.c.servingTerminating()
 	}
 	clusterUsed := !info.itpLocal || info.external
 	localUsed := info.itpLocal || info.etpLocal
 
-	var clusterWhy, localWhy []*Exclusion
+	// why holds, per pick, the cluster and the local exclusion (nil: used).
+	var why [][2]*Exclusion
+	note := func(i, set int, x *Exclusion) {
+		if why == nil {
+			why = make([][2]*Exclusion, len(picks))
+		}
+		why[i][set] = x
+	}
 	if clusterUsed {
-		clusterWhy = make([]*Exclusion, len(cands))
-		mode, note := topologyMode(cands, e.node.Name, e.node.Zone)
-		sp.TopologyMode, sp.TopologyNote = mode, note
-		for i := range cands {
-			c := &cands[i]
-			var why *Exclusion
+		mode, tnote := topologyMode(picks, e.node.Name, e.node.Zone)
+		sp.TopologyMode, sp.TopologyNote = mode, tnote
+		sp.ClusterEndpoints = make([]Endpoint, 0, len(picks))
+		for i, k := range picks {
+			var x *Exclusion
 			switch {
-			case anyReady && !c.ep.Ready:
-				why = unusedReason(c, true, "ready endpoints exist")
+			case anyReady && !k.c.ep.Ready:
+				x = unusedReason(k.c, true, "ready endpoints exist")
 			case anyReady:
-				why = topologyReason(c, mode, e.node)
-			case !c.servingTerminating():
-				why = unusedReason(c, false, "")
+				x = topologyReason(k.c, mode, e.node)
+			case !k.c.servingTerminating():
+				x = unusedReason(k.c, false, "")
 			}
-			if why == nil {
-				sp.ClusterEndpoints = append(sp.ClusterEndpoints, c.ep)
+			if x == nil {
+				sp.ClusterEndpoints = append(sp.ClusterEndpoints, k.endpoint())
 			} else {
-				why.Set = SetCluster
-				clusterWhy[i] = why
+				x.Set = SetCluster
+				note(i, 0, x)
 			}
+		}
+		if len(sp.ClusterEndpoints) == 0 {
+			sp.ClusterEndpoints = nil
 		}
 	}
 	if localUsed {
-		localWhy = make([]*Exclusion, len(cands))
 		localReady := false
-		for i := range cands {
-			localReady = localReady || (cands[i].ep.Local && cands[i].ep.Ready)
+		for _, k := range picks {
+			localReady = localReady || (k.c.ep.Local && k.c.ep.Ready)
 		}
-		for i := range cands {
-			c := &cands[i]
-			var why *Exclusion
+		for i, k := range picks {
+			var x *Exclusion
 			switch {
-			case !c.ep.Local:
-				why = &Exclusion{Reason: ExcludedOtherNode, Detail: otherNodeDetail(c.ep.NodeName, e.node.Name)}
-			case localReady && !c.ep.Ready:
-				why = unusedReason(c, true, "ready local endpoints exist")
-			case !localReady && !c.servingTerminating():
-				why = unusedReason(c, false, "")
+			case !k.c.ep.Local:
+				x = &Exclusion{Reason: ExcludedOtherNode, Detail: otherNodeDetail(k.c.ep.NodeName, e.node.Name)}
+			case localReady && !k.c.ep.Ready:
+				x = unusedReason(k.c, true, "ready local endpoints exist")
+			case !localReady && !k.c.servingTerminating():
+				x = unusedReason(k.c, false, "")
 			}
-			if why == nil {
-				sp.LocalEndpoints = append(sp.LocalEndpoints, c.ep)
+			if x == nil {
+				sp.LocalEndpoints = append(sp.LocalEndpoints, k.endpoint())
 			} else {
-				why.Set = SetLocal
-				localWhy[i] = why
+				x.Set = SetLocal
+				note(i, 1, x)
 			}
 		}
 	}
-	for i := range cands {
-		cw, lw := at(clusterWhy, i), at(localWhy, i)
+	for i := range why {
+		cw, lw := why[i][0], why[i][1]
 		if cw != nil && lw != nil && cw.Reason == lw.Reason && cw.Detail == lw.Detail {
 			cw.Set, lw = SetAll, nil
 		}
 		for _, w := range []*Exclusion{cw, lw} {
 			if w != nil {
-				w.Addr, w.Port, w.Slice = cands[i].raw, cands[i].ep.Port, cands[i].ep.Slice
+				w.Addr, w.Port, w.Slice = picks[i].c.raw, picks[i].port, picks[i].c.ep.Slice
 				excl = append(excl, *w)
 			}
 		}
@@ -273,13 +300,6 @@ func chooseEndpoints(e *env, info *svcInfo, sp *ServicePort, p svcPort, parsed [
 		sortExclusions(excl)
 		sp.Excluded = excl
 	}
-}
-
-func at(list []*Exclusion, i int) *Exclusion {
-	if list == nil {
-		return nil
-	}
-	return list[i]
 }
 
 // emptyVerdict: no usable endpoint anywhere rejects; usable endpoints that a
@@ -316,7 +336,7 @@ func noPortDetail(p svcPort, ps *parsedSlice) string {
 	if len(have) > 0 {
 		list = strings.Join(have, ", ")
 	}
-	return fmt.Sprintf("service port %q/%s (targetPort %s) matches no port in slice %s (slice ports: %s)", p.name, p.protocol, p.targetPort, ps.name, list)
+	return fmt.Sprintf("service port %q/%s (targetPort %s) matches no port in slice %s (slice ports: %s)", p.name, p.protocol, p.targetPort.String(), ps.name, list)
 }
 
 func otherNodeDetail(epNode, node string) string {
@@ -356,12 +376,12 @@ func topologyReason(c *candidate, mode string, node NodeInfo) *Exclusion {
 // set: node hints when every ready endpoint has one and one names this node,
 // else zone hints likewise, else none. note explains hints that were present
 // but not used.
-func topologyMode(cands []candidate, node, zone string) (mode, note string) {
+func topologyMode(picks []pick, node, zone string) (mode, note string) {
 	allNode, allZone := true, true
 	forNode, forZone := false, false
 	anyNodeHint, anyZoneHint, anyReady := false, false, false
-	for i := range cands {
-		c := &cands[i]
+	for _, k := range picks {
+		c := k.c
 		if !c.ep.Ready {
 			continue
 		}

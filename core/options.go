@@ -271,3 +271,11 @@ func familyOf(a netip.Addr) v1.IPFamily {
 	}
 	return v1.IPv6Protocol
 }
+
+// famIndex maps a family to 0 (IPv4) or 1 (IPv6) for per-family arrays.
+func famIndex(f v1.IPFamily) int {
+	if f == v1.IPv6Protocol {
+		return 1
+	}
+	return 0
+}

@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // Labels the core reads.
@@ -38,18 +39,18 @@ type svcPort struct {
 	protocol   v1.Protocol
 	port       uint16
 	nodePort   uint16
-	targetPort string
+	targetPort intstr.IntOrString
 }
 
 // svcInfo is the validated, family-split view of a Service.
 type svcInfo struct {
 	nsn          types.NamespacedName
-	clusterIP    map[v1.IPFamily]netip.Addr
+	clusterIP    [2]netip.Addr // by famIndex; invalid when the Service has none
 	ports        []svcPort
 	externalIPs  []netip.Addr
 	lbIPs        []netip.Addr
 	sourceRanges []netip.Prefix
-	allOpen      map[v1.IPFamily]bool // a /0 of the family was given
+	allOpen      [2]bool // by famIndex: a /0 of the family was given
 	affinity     Affinity
 	external     bool // NodePort, LoadBalancer or ExternalIPs
 	nodePorts    bool // NodePort or LoadBalancer type
@@ -62,13 +63,14 @@ type svcInfo struct {
 
 // problemSink collects problems for one object.
 type problemSink struct {
-	kind, object string
-	svc          types.NamespacedName
-	list         *[]Problem
+	kind, namespace, name string
+	svc                   types.NamespacedName
+	list                  *[]Problem
 }
 
 func (s problemSink) add(field, format string, args ...any) {
-	*s.list = append(*s.list, Problem{Kind: s.kind, Object: s.object, Field: field, Reason: fmt.Sprintf(format, args...), Service: s.svc})
+	*s.list = append(*s.list, Problem{Kind: s.kind, Object: s.namespace + "/" + s.name, Field: field,
+		Reason: fmt.Sprintf(format, args...), Service: s.svc})
 }
 
 // ignoreReason says why a Service is not proxied at all, or "" when it is.
@@ -97,23 +99,27 @@ func computeService(e *env, svc *v1.Service, list []*discovery.EndpointSlice) *s
 		res.ignored = &IgnoredObject{Kind: "Service", Object: nsn.String(), Reason: r}
 		return res
 	}
-	sink := problemSink{kind: "Service", object: nsn.String(), svc: nsn, list: &res.problems}
+	sink := problemSink{kind: "Service", namespace: svc.Namespace, name: svc.Name, svc: nsn, list: &res.problems}
 	info := parseService(svc, nsn, sink)
 	if info.needsHC {
 		res.health = &HealthCheck{Service: nsn, NodePort: info.hcPort}
 	}
 	parsed := parseSlices(e, info, list, &res.problems)
-	localReady := map[netip.Addr]struct{}{}
+	var localReady map[netip.Addr]struct{}
+	if res.health != nil {
+		localReady = map[netip.Addr]struct{}{}
+	}
+	res.ports = make([]*ServicePort, 0, len(e.families)*len(info.ports))
 	for _, fam := range e.families {
-		cip, ok := info.clusterIP[fam]
-		if !ok {
+		cip := info.clusterIP[famIndex(fam)]
+		if !cip.IsValid() {
 			continue
 		}
 		for _, p := range info.ports {
-			sp := buildPort(e, info, fam, cip, p, parsed[fam])
+			sp := buildPort(e, info, fam, cip, p, parsed[famIndex(fam)])
 			res.ports = append(res.ports, sp)
 			for _, ep := range sp.LocalEndpoints {
-				if ep.Ready {
+				if ep.Ready && localReady != nil {
 					localReady[ep.Addr] = struct{}{}
 				}
 			}
@@ -133,8 +139,6 @@ func parseService(svc *v1.Service, nsn types.NamespacedName, sink problemSink) *
 	spec := &svc.Spec
 	info := &svcInfo{
 		nsn:        nsn,
-		clusterIP:  map[v1.IPFamily]netip.Addr{},
-		allOpen:    map[v1.IPFamily]bool{},
 		publishAll: spec.PublishNotReadyAddresses,
 	}
 	ips, field := spec.ClusterIPs, "spec.clusterIPs[%d]"
@@ -149,18 +153,17 @@ func parseService(svc *v1.Service, nsn types.NamespacedName, sink problemSink) *
 		}
 		a = a.Unmap()
 		f := familyOf(a)
-		if _, dup := info.clusterIP[f]; dup {
+		if info.clusterIP[famIndex(f)].IsValid() {
 			sink.add(fmt.Sprintf(field, i), "second %s address %s; only the first is used", f, a)
 			continue
 		}
-		info.clusterIP[f] = a
+		info.clusterIP[famIndex(f)] = a
 	}
 	info.nodePorts = spec.Type == v1.ServiceTypeNodePort || spec.Type == v1.ServiceTypeLoadBalancer
 	info.external = info.nodePorts || len(spec.ExternalIPs) > 0
 	info.itpLocal = spec.InternalTrafficPolicy != nil && *spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal
 	info.etpLocal = info.external && spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
 
-	seen := map[string]bool{}
 	for i, p := range spec.Ports {
 		proto := p.Protocol
 		if proto == "" {
@@ -176,13 +179,11 @@ func parseService(svc *v1.Service, nsn types.NamespacedName, sink problemSink) *
 			sink.add(fmt.Sprintf("spec.ports[%d].port", i), "%d is out of range 1-65535", p.Port)
 			continue
 		}
-		key := p.Name + "/" + string(proto)
-		if seen[key] {
+		if slices.ContainsFunc(info.ports, func(o svcPort) bool { return o.name == p.Name && o.protocol == proto }) {
 			sink.add(fmt.Sprintf("spec.ports[%d].name", i), "port name %q with protocol %s is used twice; only the first is proxied", p.Name, proto)
 			continue
 		}
-		seen[key] = true
-		sp := svcPort{name: p.Name, protocol: proto, port: uint16(p.Port), targetPort: p.TargetPort.String()}
+		sp := svcPort{name: p.Name, protocol: proto, port: uint16(p.Port), targetPort: p.TargetPort}
 		switch {
 		case p.NodePort < 0 || p.NodePort > 65535:
 			sink.add(fmt.Sprintf("spec.ports[%d].nodePort", i), "%d is out of range 1-65535; no NodePort frontend", p.NodePort)
@@ -223,7 +224,7 @@ func parseService(svc *v1.Service, nsn types.NamespacedName, sink problemSink) *
 			}
 			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-unmapBits(p.Addr())).Masked()
 			if p.Bits() == 0 {
-				info.allOpen[familyOf(p.Addr())] = true
+				info.allOpen[famIndex(familyOf(p.Addr()))] = true
 			}
 			info.sourceRanges = append(info.sourceRanges, p)
 		}
@@ -271,7 +272,12 @@ func buildPort(e *env, info *svcInfo, fam v1.IPFamily, cip netip.Addr, p svcPort
 		InternalPolicyLocal: info.itpLocal,
 		ExternalPolicyLocal: info.etpLocal,
 	}
-	sp.Frontends = append(sp.Frontends, Frontend{Kind: FrontendClusterIP, Addr: cip, Port: p.port})
+	nfe := 1 + len(info.externalIPs) + len(info.lbIPs)
+	if p.nodePort != 0 {
+		nfe += len(e.nodePort[fam])
+	}
+	sp.Frontends = make([]Frontend, 1, nfe)
+	sp.Frontends[0] = Frontend{Kind: FrontendClusterIP, Addr: cip, Port: p.port}
 	if p.nodePort != 0 {
 		for _, a := range e.nodePort[fam] {
 			sp.Frontends = append(sp.Frontends, Frontend{Kind: FrontendNodePort, Addr: a, Port: p.nodePort})
@@ -279,7 +285,7 @@ func buildPort(e *env, info *svcInfo, fam v1.IPFamily, cip netip.Addr, p svcPort
 	}
 	sp.Frontends = appendFrontends(sp.Frontends, FrontendExternalIP, info.externalIPs, fam, p.port)
 	sp.Frontends = appendFrontends(sp.Frontends, FrontendLoadBalancer, info.lbIPs, fam, p.port)
-	if !info.allOpen[fam] {
+	if !info.allOpen[famIndex(fam)] {
 		for _, r := range info.sourceRanges {
 			if familyOf(r.Addr()) == fam {
 				sp.SourceRanges = append(sp.SourceRanges, r)

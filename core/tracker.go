@@ -27,9 +27,9 @@ type Tracker struct {
 	env  *env
 
 	services    map[types.NamespacedName]*v1.Service
-	slicesBySvc map[types.NamespacedName]map[string]*discovery.EndpointSlice
-	sliceOwner  map[types.NamespacedName]types.NamespacedName // slice → Service
-	sliceNotes  map[types.NamespacedName]sliceNote            // slices matched to no Service, and why
+	slicesBySvc map[types.NamespacedName][]*discovery.EndpointSlice // sorted by name, replaced on change
+	sliceOwner  map[types.NamespacedName]types.NamespacedName       // slice → Service
+	sliceNotes  map[types.NamespacedName]sliceNote                  // slices matched to no Service, and why
 	results     map[types.NamespacedName]*serviceResult
 	// withLists names the Services whose result has problems, an ignore
 	// reason or a health check, so those lists rebuild without a full scan.
@@ -46,6 +46,13 @@ type Tracker struct {
 	triggers   []time.Time
 
 	state *NodeState
+	// prevPorts is the Ports map before the latest one and curChanged the
+	// keys that differ between the two; spare is a map handed back by
+	// Recycle, to be brought up to date with spareLog and reused.
+	prevPorts  map[PortKey]*ServicePort
+	curChanged []PortKey
+	spare      map[PortKey]*ServicePort
+	spareLog   []PortKey
 }
 
 // sliceNote is why a slice belongs to no Service.
@@ -69,7 +76,7 @@ func newTracker(opts Options) *Tracker {
 		opts:        opts,
 		env:         newEnv(opts, nil),
 		services:    map[types.NamespacedName]*v1.Service{},
-		slicesBySvc: map[types.NamespacedName]map[string]*discovery.EndpointSlice{},
+		slicesBySvc: map[types.NamespacedName][]*discovery.EndpointSlice{},
 		sliceOwner:  map[types.NamespacedName]types.NamespacedName{},
 		sliceNotes:  map[types.NamespacedName]sliceNote{},
 		results:     map[types.NamespacedName]*serviceResult{},
@@ -205,12 +212,9 @@ func (t *Tracker) upsertSlice(s *discovery.EndpointSlice) {
 			Reason: "missing or empty, so the slice belongs to no Service; slice skipped"}})
 	default:
 		owner := types.NamespacedName{Namespace: s.Namespace, Name: svcName}
-		m := t.slicesBySvc[owner]
-		if m == nil {
-			m = map[string]*discovery.EndpointSlice{}
-			t.slicesBySvc[owner] = m
-		}
-		m[s.Name] = s
+		old := t.slicesBySvc[owner]
+		i, _ := slices.BinarySearchFunc(old, s.Name, func(x *discovery.EndpointSlice, name string) int { return cmp.Compare(x.Name, name) })
+		t.slicesBySvc[owner] = slices.Insert(slices.Clip(old), i, s)
 		t.sliceOwner[key] = owner
 		t.dirty[owner] = struct{}{}
 	}
@@ -237,10 +241,12 @@ func (t *Tracker) removeSlice(key types.NamespacedName) {
 		return
 	}
 	delete(t.sliceOwner, key)
-	if m := t.slicesBySvc[owner]; m != nil {
-		delete(m, key.Name)
-		if len(m) == 0 {
+	old := t.slicesBySvc[owner]
+	if i, found := slices.BinarySearchFunc(old, key.Name, func(x *discovery.EndpointSlice, name string) int { return cmp.Compare(x.Name, name) }); found {
+		if len(old) == 1 {
 			delete(t.slicesBySvc, owner)
+		} else {
+			t.slicesBySvc[owner] = slices.Delete(slices.Clone(old), i, i+1)
 		}
 	}
 	t.dirty[owner] = struct{}{}
@@ -302,16 +308,33 @@ func (t *Tracker) snapshot(track bool) (*NodeState, Changes) {
 	} else {
 		ports, owned = make(map[PortKey]*ServicePort, len(t.dirty)), true
 	}
+	var changed []PortKey
 	own := func() {
-		if !owned {
-			ports, owned = maps.Clone(ports), true
+		if owned {
+			return
 		}
+		owned = true
+		if t.spare == nil {
+			ports = maps.Clone(ports)
+			return
+		}
+		// Reuse a recycled map: replay what changed since it was current.
+		cur := ports
+		ports = t.spare
+		for _, k := range t.spareLog {
+			if v, ok := cur[k]; ok {
+				ports[k] = v
+			} else {
+				delete(ports, k)
+			}
+		}
+		t.spare, t.spareLog = nil, nil
 	}
 	for k := range t.dirty {
 		old := t.results[k]
 		var nr *serviceResult
 		if svc := t.services[k]; svc != nil {
-			nr = computeService(t.env, svc, t.sortedSlices(k))
+			nr = computeService(t.env, svc, t.slicesBySvc[k])
 		}
 		var oldPorts map[PortKey]*ServicePort
 		if old != nil && len(old.ports) > 0 {
@@ -330,6 +353,7 @@ func (t *Tracker) snapshot(track bool) (*NodeState, Changes) {
 				}
 				own()
 				ports[np.Key] = np
+				changed = append(changed, np.Key)
 				if track {
 					ch.Ports[np.Key] = struct{}{}
 					ch.StaleUDP = append(ch.StaleUDP, staleUDP(op, np)...)
@@ -339,6 +363,7 @@ func (t *Tracker) snapshot(track bool) (*NodeState, Changes) {
 		for key, op := range oldPorts {
 			own()
 			delete(ports, key)
+			changed = append(changed, key)
 			if track {
 				ch.Ports[key] = struct{}{}
 				ch.StaleUDP = append(ch.StaleUDP, staleUDP(op, nil)...)
@@ -376,9 +401,36 @@ func (t *Tracker) snapshot(track bool) (*NodeState, Changes) {
 	slices.SortFunc(ch.StaleUDP, func(a, b StaleEndpoint) int {
 		return cmp.Or(comparePortKey(a.Key, b.Key), a.Endpoint.Compare(b.Endpoint))
 	})
+	if t.state != nil && owned {
+		t.prevPorts, t.curChanged = t.state.Ports, changed
+	}
 	t.state = st
 	t.full, t.svcChanges, t.epChanges, t.triggers = false, 0, 0, nil
 	return st, ch
+}
+
+// Recycle tells the Tracker that the caller no longer reads st, nor any
+// NodeState returned before it, so the next Snapshot may reuse st's Ports map
+// instead of copying the whole map: with it, a Snapshot after a small change
+// costs O(changes) instead of O(ports). Only the NodeState returned just before
+// the latest one can be recycled; anything else is ignored. st.Ports is set to
+// nil so a mistaken later read finds nothing rather than a changing map.
+func (t *Tracker) Recycle(st *NodeState) {
+	if st == nil || st.Ports == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.prevPorts == nil || t.spare != nil || !sameMap(st.Ports, t.prevPorts) || (t.state != nil && sameMap(st.Ports, t.state.Ports)) {
+		return
+	}
+	t.spare, t.spareLog = t.prevPorts, t.curChanged
+	t.prevPorts, t.curChanged = nil, nil
+	st.Ports = nil
+}
+
+func sameMap(a, b map[PortKey]*ServicePort) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 func hasLists(r *serviceResult) bool {
@@ -423,20 +475,6 @@ func (t *Tracker) buildLists() ([]HealthCheck, []Problem, []IgnoredObject) {
 		probs = nil
 	}
 	return hcs, probs, ign
-}
-
-// sortedSlices returns a Service's slices in name order.
-func (t *Tracker) sortedSlices(k types.NamespacedName) []*discovery.EndpointSlice {
-	m := t.slicesBySvc[k]
-	if len(m) == 0 {
-		return nil
-	}
-	out := make([]*discovery.EndpointSlice, 0, len(m))
-	for _, s := range m {
-		out = append(out, s)
-	}
-	slices.SortFunc(out, func(a, b *discovery.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
-	return out
 }
 
 // staleUDP lists the endpoints a UDP port used before (op) and no longer uses

@@ -295,3 +295,60 @@ func TestSortedPorts(t *testing.T) {
 		t.Fatalf("order %v", got)
 	}
 }
+
+// TestTrackerRecycle checks that reusing a handed-back Ports map gives the
+// same states as copying, and that only the state before the latest is taken.
+func TestTrackerRecycle(t *testing.T) {
+	tr := newTestTracker(t)
+	var services []*v1.Service
+	for i := range 5 {
+		s := testService(fmt.Sprintf("s%d", i), clusterIPs(fmt.Sprintf("10.96.0.%d", i+1)))
+		services = append(services, s)
+		tr.UpsertService(s)
+	}
+	slicesNow := map[string]*discovery.EndpointSlice{}
+	set := func(svc string, eps ...discovery.Endpoint) {
+		s := testSlice(svc+"-1", svc, eps...)
+		slicesNow[svc] = s
+		tr.UpsertSlice(s)
+	}
+	set("s0", ep("10.0.0.1", "n1"))
+	prev, _ := tr.Snapshot()
+	tr.Recycle(prev) // the latest state: ignored
+	if prev.Ports == nil {
+		t.Fatal("latest state was recycled")
+	}
+	steps := []func(){
+		func() { set("s1", ep("10.0.1.1", "n1")) },
+		func() { set("s0", ep("10.0.0.2", "n1")) },
+		func() {},
+		func() { tr.DeleteService(services[2]); services[2] = nil },
+		func() { set("s3", ep("10.0.3.1", "n2")); set("s1") },
+		func() { set("s4", ep("10.0.4.1", "n1")) },
+	}
+	for i, step := range steps {
+		step()
+		st, _ := tr.Snapshot()
+		if i%2 == 0 {
+			tr.Recycle(prev)
+			tr.Recycle(prev) // twice: ignored
+			if i == 0 && prev.Ports != nil {
+				t.Fatal("the state before the latest was not recycled")
+			}
+		}
+		var sl []*discovery.EndpointSlice
+		for _, s := range slicesNow {
+			sl = append(sl, s)
+		}
+		var live []*v1.Service
+		for _, s := range services {
+			if s != nil {
+				live = append(live, s)
+			}
+		}
+		assertSameState(t, mustCompute(t, Options{}, defaultNode(), live, sl), st)
+		prev = st
+	}
+	tr.Recycle(nil)
+	tr.Recycle(&NodeState{})
+}
