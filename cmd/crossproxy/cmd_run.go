@@ -11,9 +11,13 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/crossproxy/crossproxy/core"
 	"github.com/crossproxy/crossproxy/platform"
+	"github.com/crossproxy/crossproxy/platform/health"
+	"github.com/crossproxy/crossproxy/platform/logging"
 	"github.com/crossproxy/crossproxy/platform/manifest"
 )
 
@@ -32,6 +36,8 @@ type runOptions struct {
 	resolvedCore core.Options
 	logger       *logrus.Logger
 	debug        *runDebug // --debug-address (run_debug.go)
+	kube         *runKube  // config file, API server, health, metrics, events (run_kube.go)
+	changed      func(flag string) bool
 }
 
 func newRunCommand() *cobra.Command {
@@ -60,7 +66,7 @@ Stopping run leaves the rules in place, so a restart or upgrade does not interru
 	f.StringVar(&ro.nodeName, "node", "", "alias of --hostname-override")
 	f.StringSliceVar(&ro.manifests, "manifests", nil, "standalone mode: follow Service, EndpointSlice and Node objects in these files or directories")
 	f.DurationVar(&ro.pollInterval, "manifest-poll-interval", 500*time.Millisecond, "standalone mode: how often the manifest files are checked for changes")
-	f.DurationVar(&ro.runner.SyncPeriod, "sync-period", time.Hour, "period of full syncs, which repair rules changed behind the proxy's back")
+	f.DurationVar(&ro.runner.SyncPeriod, "sync-period", 30*time.Second, "period of full syncs, which repair rules changed behind the proxy's back; /healthz fails when an update waits 2 x this")
 	f.DurationVar(&ro.runner.MinSyncPeriod, "min-sync-period", time.Second, "shortest time between two syncs; changes arriving faster are coalesced")
 	f.StringVar(&ro.backend.TableName, "nftables-table", "crossproxy", "Linux: the nftables table crossproxy owns")
 	f.BoolVar(&ro.backend.LocalhostNodePorts, "localhost-nodeports", false, "Linux: answer NodePorts on 127.0.0.1 too (sets route_localnet)")
@@ -72,27 +78,24 @@ Stopping run leaves the rules in place, so a restart or upgrade does not interru
 	f.StringVar(&ro.logFormat, "log-format", "text", "log format: text or json")
 	ro.coreOptions = addCoreOptionFlags(cmd)
 	ro.debug = addRunDebugFlags(cmd)
+	ro.kube = addRunKubeFlags(cmd)
+	ro.changed = cmd.Flags().Changed
 	return cmd
 }
 
-// setup validates the options and builds the logger.
+// setup merges the config file and flags, validates them and builds the logger.
 func (ro *runOptions) setup() error {
-	log := logrus.New()
-	log.SetOutput(os.Stderr)
-	level, err := logrus.ParseLevel(ro.logLevel)
+	notes, err := ro.kube.apply(ro.changed, ro)
 	if err != nil {
-		return fmt.Errorf("flag --log-level: %w", err)
+		return err
 	}
-	log.SetLevel(level)
-	switch ro.logFormat {
-	case "text":
-		log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
-	case "json":
-		log.SetFormatter(&logrus.JSONFormatter{})
-	default:
-		return fmt.Errorf("flag --log-format: %q is not text or json", ro.logFormat)
+	log, err := logging.New(os.Stderr, ro.logFormat, ro.logLevel)
+	if err != nil {
+		return err
 	}
+	logging.RedirectKlog(log)
 	ro.logger = log
+	logNotes(log, ro.kube.cfg, notes)
 	if ro.nodeName == "" {
 		host, err := os.Hostname()
 		if err != nil {
@@ -122,6 +125,12 @@ func (ro *runOptions) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("core options: %w", err)
 	}
+	if len(ro.manifests) == 0 {
+		if err := ro.kube.connect(ro, log); err != nil {
+			return err
+		}
+		defer ro.kube.events.Shutdown()
+	}
 	backend, err := newBackend(ro.backend, log)
 	if err != nil {
 		return fmt.Errorf("start backend: %w", err)
@@ -144,8 +153,13 @@ func (ro *runOptions) run(ctx context.Context) error {
 		return err
 	}
 
+	hc := &health.NodePorts{Log: log}
+	defer hc.Close()
+	if err := ro.kube.observe(ctx, runner, hc, log); err != nil {
+		return err
+	}
 	if len(ro.manifests) == 0 {
-		return errors.New("no source: give --manifests (standalone mode); API-server mode needs --kubeconfig or in-cluster config")
+		return runWith(ctx, runner, func(ctx context.Context) error { return ro.kube.follow(ctx, ro, sink, runner, log) })
 	}
 	w := &manifest.Watcher{
 		Paths:    ro.manifests,
@@ -159,6 +173,23 @@ func (ro *runOptions) run(ctx context.Context) error {
 		return fmt.Errorf("standalone mode: %w", err)
 	}
 	log.WithField("manifests", ro.manifests).Info("standalone mode: following manifest files")
+	// The manifests name the node; there is no Node object to watch for deletion.
+	ro.kube.status.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: ro.nodeName}})
 	go w.Run(ctx)
 	return runner.Run(ctx)
+}
+
+// runWith runs the sync loop and source side by side until ctx ends or the
+// source fails (its initial listing never completed).
+func runWith(ctx context.Context, runner *platform.Runner, source func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- source(ctx) }()
+	runErr := runner.Run(ctx)
+	cancel()
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return runErr
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -58,7 +60,8 @@ type Source struct {
 	ResyncPeriod time.Duration
 	Log          logrus.FieldLogger
 
-	synced chan struct{}
+	synced   chan struct{}
+	services atomic.Pointer[cache.Indexer]
 }
 
 // Selectors returns the label selector for Services and EndpointSlices:
@@ -103,6 +106,8 @@ func (s *Source) Run(ctx context.Context) error {
 		informers.WithTransform(stripManagedFields))
 
 	svcInf := objs.Core().V1().Services().Informer()
+	idx := svcInf.GetIndexer()
+	s.services.Store(&idx)
 	sliceInf := objs.Discovery().V1().EndpointSlices().Informer()
 	nodeInf := nodes.Core().V1().Nodes().Informer()
 
@@ -178,6 +183,21 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// Service returns the cached Service (nil when unknown or not yet listed),
+// so events can name its UID without an API call.
+func (s *Source) Service(key types.NamespacedName) *v1.Service {
+	idx := s.services.Load()
+	if idx == nil {
+		return nil
+	}
+	o, ok, err := (*idx).GetByKey(key.Namespace + "/" + key.Name)
+	if err != nil || !ok {
+		return nil
+	}
+	svc, _ := o.(*v1.Service)
+	return svc
 }
 
 // Synced is closed when the initial listing is complete.
