@@ -1,0 +1,187 @@
+//go:build installer
+
+package installer
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// Nothing here runs PowerShell (Wine has none), so install.ps1 is checked in
+// the two ways that need none: its syntax, parsed with tree-sitter's
+// PowerShell grammar (Windows PowerShell 5.1 syntax), and its settings table,
+// which must map each setting exactly as the MSI does, since both installers
+// remember settings in the same registry values and build the same service
+// command line.
+
+const (
+	treeSitterVersion = "0.25.1"
+	psGrammarVersion  = "0.26.4"
+)
+
+func installPS1() string { return filepath.Join(RepoRoot(), "installer", "windows", "install.ps1") }
+
+// parserDir installs the npm parser once into test/.cache (gitignored).
+func parserDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(RepoRoot(), "test", ".cache", "tree-sitter-"+treeSitterVersion+"-powershell-"+psGrammarVersion)
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "tree-sitter-powershell")); err != nil {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("npm", "install", "--no-audit", "--no-fund", "--silent", "--no-save",
+			"tree-sitter@"+treeSitterVersion, "tree-sitter-powershell@"+psGrammarVersion)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm install tree-sitter: %v\n%s", err, out)
+		}
+	}
+	// The script must sit next to node_modules for ES module resolution.
+	src, err := os.ReadFile(filepath.Join(RepoRoot(), "test", "installer", "ps-parse.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ps-parse.mjs"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func parsePS(t *testing.T, dir string, files ...string) (string, error) {
+	cmd := exec.Command("node", append([]string{"--no-deprecation", "ps-parse.mjs"}, files...)...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func TestInstallPS1Parses(t *testing.T) {
+	dir := parserDir(t)
+	out, err := parsePS(t, dir, installPS1())
+	if err != nil {
+		t.Fatalf("install.ps1 has syntax errors:\n%s", out)
+	}
+	t.Log(strings.TrimSpace(out))
+
+	// The checker must catch a broken script, or it proves nothing.
+	src, err := os.ReadFile(installPS1())
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := filepath.Join(t.TempDir(), "broken.ps1")
+	mutated := strings.Replace(string(src), "function Get-MsiArguments([string]$MsiPath,", "function Get-MsiArguments([string]$MsiPath", 1)
+	mutated = strings.Replace(mutated, "if ($v -eq '') { continue }", "if ($v -eq '') { continue ", 1)
+	if err := os.WriteFile(broken, []byte(mutated), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := parsePS(t, dir, broken); err == nil {
+		t.Errorf("a script with an unclosed brace parsed cleanly:\n%s", out)
+	}
+}
+
+type psSetting struct{ Param, Property, Value, Flag, Quote string }
+
+var settingRow = regexp.MustCompile(`@\{ Param = '(\w+)';\s+Property = '(\w+)';\s+Value = '(\w+)';\s+Flag = '([-\w]*)';\s+Quote = \$(true|false) \}`)
+
+func psSettings(t *testing.T) []psSetting {
+	t.Helper()
+	src, err := os.ReadFile(installPS1())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []psSetting
+	for _, m := range settingRow.FindAllStringSubmatch(string(src), -1) {
+		out = append(out, psSetting{m[1], m[2], m[3], m[4], m[5]})
+	}
+	if len(out) == 0 {
+		t.Fatal("install.ps1: no $Settings rows found")
+	}
+	return out
+}
+
+// TestInstallPS1MatchesMSI checks the script and the MSI agree on every
+// setting: MSI property, remembered registry value, and the service flag.
+func TestInstallPS1MatchesMSI(t *testing.T) {
+	dir := t.TempDir()
+	msi := buildMSI(t, windowsExe(t, dir), "0.0.5", dir)
+	settings := psSettings(t)
+
+	var wantTargets, gotTargets, wantValues, gotValues, wantSecure []string
+	for _, s := range settings {
+		switch {
+		case s.Property == "ENABLEDSR":
+			wantTargets = append(wantTargets, "[SERVICEARGS] "+s.Flag)
+		case s.Flag == "":
+			wantTargets = append(wantTargets, fmt.Sprintf("[SERVICEARGS] [%s]", s.Property))
+		case s.Quote == "true":
+			wantTargets = append(wantTargets, fmt.Sprintf(`[SERVICEARGS] %s "[%s]"`, s.Flag, s.Property))
+		default:
+			wantTargets = append(wantTargets, fmt.Sprintf("[SERVICEARGS] %s [%s]", s.Flag, s.Property))
+		}
+		wantValues = append(wantValues, s.Value+"=["+s.Property+"]")
+		wantSecure = append(wantSecure, s.Property)
+	}
+	for _, r := range msiTable(t, msi, "CustomAction") {
+		if strings.HasPrefix(r[0], "Args") && r[0] != "ArgsBase" {
+			gotTargets = append(gotTargets, r[3])
+		}
+		if r[0] == "ArgsBase" && !strings.Contains(r[3], `run --windows-service --config "`) {
+			t.Errorf("MSI ArgsBase %q", r[3])
+		}
+	}
+	// Registry: Registry, Root, Key, Name, Value, Component_.
+	for _, r := range msiTable(t, msi, "Registry") {
+		if strings.TrimSuffix(r[2], `\`) == `SOFTWARE\crossproxy` && strings.HasPrefix(r[4], "[") && r[3] != "InstallDir" {
+			gotValues = append(gotValues, r[3]+"="+r[4])
+		}
+	}
+	sort.Strings(wantTargets)
+	sort.Strings(gotTargets)
+	sort.Strings(wantValues)
+	sort.Strings(gotValues)
+	if strings.Join(wantTargets, "\n") != strings.Join(gotTargets, "\n") {
+		t.Errorf("service flags differ:\ninstall.ps1 %q\nMSI         %q", wantTargets, gotTargets)
+	}
+	if strings.Join(wantValues, "\n") != strings.Join(gotValues, "\n") {
+		t.Errorf("remembered registry values differ:\ninstall.ps1 %q\nMSI         %q", wantValues, gotValues)
+	}
+	props := keyed(msiTable(t, msi, "Property"))["SecureCustomProperties"]
+	for _, p := range wantSecure {
+		if props == nil || !strings.Contains(";"+props[1]+";", ";"+p+";") {
+			t.Errorf("install.ps1 passes %s, which the MSI does not declare secure", p)
+		}
+	}
+
+	src, err := os.ReadFile(installPS1())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(src), `'"{0}" run --windows-service --config "{1}"'`) {
+		t.Error("install.ps1's service command line does not start like the MSI's (run --windows-service --config)")
+	}
+}
+
+// TestInstallPS1DefaultConfig checks the config a bare-binary install writes
+// is the file the MSI ships.
+func TestInstallPS1DefaultConfig(t *testing.T) {
+	src, err := os.ReadFile(installPS1())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?s)\$DefaultConfig = @'\r?\n(.*?)\r?\n'@`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("install.ps1: no $DefaultConfig here-string")
+	}
+	want, err := os.ReadFile(filepath.Join(RepoRoot(), "installer", "windows", "config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(m[1])) != strings.TrimSpace(string(want)) {
+		t.Errorf("install.ps1 $DefaultConfig differs from installer/windows/config.yaml")
+	}
+}
