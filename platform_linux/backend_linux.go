@@ -36,14 +36,19 @@ type Backend struct {
 	recreate      bool     // the last full sync failed: rebuild the table from scratch
 	sysctlChecked bool
 	stats         SyncStats
+	encoder       *ruleEncoder
+	lastEncode    time.Duration
+	lastKernel    time.Duration
 }
 
 // SyncStats describes the last sync, for logs and benchmarks.
 type SyncStats struct {
 	Full     bool
 	Commands int
-	Build    time.Duration
-	Apply    time.Duration
+	Build    time.Duration // model and plan
+	Encode   time.Duration // netlink messages
+	Kernel   time.Duration // send and wait for the kernel's answer
+	Apply    time.Duration // Encode + Kernel
 }
 
 // New makes a Backend for the namespace in cfg (the current one if empty).
@@ -53,9 +58,10 @@ func New(cfg platform.BackendConfig, log logrus.FieldLogger) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{
-		log: log.WithField("backend", "nftables"),
-		cfg: Config{Table: cfg.TableName, LocalhostNodePorts: cfg.LocalhostNodePorts},
-		ns:  ns,
+		log:     log.WithField("backend", "nftables"),
+		cfg:     Config{Table: cfg.TableName, LocalhostNodePorts: cfg.LocalhostNodePorts},
+		ns:      ns,
+		encoder: newRuleEncoder(),
 	}
 	b.sysctl = procSysctl{ns: ns}
 	b.conntrack = &netlinkConntrack{ns: ns}
@@ -124,7 +130,7 @@ func (b *Backend) syncFull(state *core.NodeState) error {
 		return fmt.Errorf("full sync of table inet %s: %w", rs.Table, err)
 	}
 	b.applied, b.recreate = NewApplied(rs), false
-	b.stats = SyncStats{Full: true, Commands: plan.Len(), Build: built, Apply: time.Since(start) - built}
+	b.stats = SyncStats{Full: true, Commands: plan.Len(), Build: built, Encode: b.lastEncode, Kernel: b.lastKernel, Apply: time.Since(start) - built}
 	b.log.WithFields(logrus.Fields{"ports": len(rs.Ports), "commands": plan.Len(), "took": time.Since(start)}).Debug("full sync")
 	return nil
 }
@@ -148,7 +154,7 @@ func (b *Backend) syncPartial(state *core.NodeState, changes core.Changes) error
 		}
 	}
 	b.applied = plan.Next
-	b.stats = SyncStats{Commands: plan.Batch.Len(), Build: built, Apply: time.Since(start) - built}
+	b.stats = SyncStats{Commands: plan.Batch.Len(), Build: built, Encode: b.lastEncode, Kernel: b.lastKernel, Apply: time.Since(start) - built}
 	return nil
 }
 
@@ -186,10 +192,13 @@ func (b *Backend) inventory() (chains, sets []string, err error) {
 // apply encodes the batch with google/nftables and sends it in one write.
 func (b *Backend) apply(batch *Batch) error {
 	t := b.table()
-	msgs, err := captureMessages(func(c *nftables.Conn) error { return encodeBatch(c, t, batch) })
+	start := time.Now()
+	msgs, err := b.encoder.encode(t, batch)
 	if err != nil {
 		return err
 	}
+	b.lastEncode = time.Since(start)
+	defer func() { b.lastKernel = time.Since(start) - b.lastEncode }()
 	describe := func(i int) string {
 		if len(msgs)-2 != len(batch.Ops) || i < 0 || i >= len(batch.Ops) {
 			return fmt.Sprintf("command %d", i)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -86,12 +87,16 @@ func shortHash(s string) string {
 // portChainName names a chain of one Service port: kind, a hash of the port key
 // (unique per family), and a readable namespace/name/protocol/port suffix.
 func portChainName(kind string, p *core.ServicePort) string {
+	return kind + "-" + portChainSuffix(p)
+}
+
+// portChainSuffix is what all chains of one port share after the kind.
+func portChainSuffix(p *core.ServicePort) string {
 	port := p.Key.PortName
 	if port == "" {
-		port = fmt.Sprintf("p%d", p.Port)
+		port = "p" + strconv.Itoa(int(p.Port))
 	}
-	return fmt.Sprintf("%s-%s-%s/%s/%s/%s", kind, shortHash(p.Key.String()), p.Key.Service.Namespace,
-		p.Key.Service.Name, protoName(p.Protocol), port)
+	return shortHash(p.Key.String()) + "-" + p.Key.Service.Namespace + "/" + p.Key.Service.Name + "/" + protoName(p.Protocol) + "/" + port
 }
 
 // affinitySetName names the affinity set of one endpoint of one port; the
@@ -135,7 +140,11 @@ func Build(state *core.NodeState, cfg Config) *Ruleset {
 
 // SortKeys sorts port keys by their string form, the order of every listing.
 func SortKeys(keys []core.PortKey) {
-	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	strs := make(map[core.PortKey]string, len(keys))
+	for _, k := range keys {
+		strs[k] = k.String()
+	}
+	sort.Slice(keys, func(i, j int) bool { return strs[keys[i]] < strs[keys[j]] })
 }
 
 // BuildGlobals computes the table-wide chains and sets.
@@ -212,7 +221,9 @@ type portBuilder struct {
 func BuildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *PortObjects {
 	f := p.Key.Family
 	b := &portBuilder{p: p, det: det, o: &PortObjects{Key: p.Key, ClusterIP: p.ClusterIP}, aff: map[string]bool{}}
-	svc := portChainName("svc", p)
+	suffix := portChainSuffix(p)
+	name := func(kind string) string { return kind + "-" + suffix }
+	svc := name("svc")
 
 	// Internal (ClusterIP) traffic.
 	var rules []Rule
@@ -233,7 +244,7 @@ func BuildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *Por
 		hasLB = hasLB || fe.Kind == core.FrontendLoadBalancer
 	}
 	if hasExternal {
-		ext = portChainName("ext", p)
+		ext = name("ext")
 		var er []Rule
 		if !p.ExternalPolicyLocal {
 			if p.Masquerade.External {
@@ -251,7 +262,7 @@ func BuildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *Por
 			cluster := svc
 			if p.InternalPolicyLocal {
 				if len(p.ClusterEndpoints) > 0 {
-					cluster = portChainName("clu", p)
+					cluster = name("clu")
 					b.o.Chains = append(b.o.Chains, &Chain{Name: cluster, Rules: b.body(p.ClusterEndpoints, core.VerdictReject)})
 				} else {
 					cluster = chainReject
@@ -267,7 +278,7 @@ func BuildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *Por
 		}
 		b.o.Chains = append(b.o.Chains, &Chain{Name: ext, Rules: er})
 		if hasLB && len(p.SourceRanges) > 0 {
-			fw = portChainName("fw", p)
+			fw = name("fw")
 			var fr []Rule
 			for _, r := range p.SourceRanges {
 				fr = append(fr, Rule{MatchAddr{Family: f, Source: true, Prefix: r.Masked()}, Verdict{Kind: "goto", Chain: ext}})

@@ -144,7 +144,12 @@ func (b *Batch) elements(kind OpKind, s Set, es []Element) {
 // keep their entries). With recreate, the table is deleted and written anew,
 // which also repairs objects someone changed behind crossproxy's back.
 func PlanFull(rs *Ruleset, existingChains, existingSets []string, recreate bool) *Batch {
-	b := &Batch{Table: rs.Table}
+	chains := rs.Chains()
+	nrules := 0
+	for _, c := range chains {
+		nrules += len(c.Rules)
+	}
+	b := &Batch{Table: rs.Table, Ops: make([]Op, 0, 2*len(chains)+nrules+len(rs.Ports)/maxElementsPerOp+64)}
 	b.add(Op{Kind: OpAddTable})
 	if recreate {
 		b.add(Op{Kind: OpDelTable})
@@ -173,7 +178,6 @@ func PlanFull(rs *Ruleset, existingChains, existingSets []string, recreate bool)
 			b.add(Op{Kind: OpDelSet, Set: Set{Name: n}})
 		}
 	}
-	chains := rs.Chains()
 	wantChain := make(map[string]bool, len(chains))
 	for _, c := range chains {
 		wantChain[c.Name] = true

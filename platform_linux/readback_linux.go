@@ -122,6 +122,24 @@ func decodeFrontendKey(f v1.IPFamily, k []byte) (netip.Addr, uint8, uint16, bool
 	return addr, k[n], uint16(k[n+4])<<8 | uint16(k[n+5]), ok
 }
 
+// dnatTarget decodes the destination a DNAT rule loads: one 8-byte immediate
+// (IPv4 address and port) or an address and a port immediate (IPv6).
+func dnatTarget(imm [][]byte) (netip.AddrPort, bool) {
+	if last := imm[len(imm)-1]; len(last) == 8 {
+		addr := netip.AddrFrom4([4]byte(last[:4]))
+		return netip.AddrPortFrom(addr, uint16(last[4])<<8|uint16(last[5])), true
+	}
+	if len(imm) < 2 {
+		return netip.AddrPort{}, false
+	}
+	addr, ok := netip.AddrFromSlice(imm[len(imm)-2])
+	p := imm[len(imm)-1]
+	if !ok || len(p) < 2 {
+		return netip.AddrPort{}, false
+	}
+	return netip.AddrPortFrom(addr, uint16(p[0])<<8|uint16(p[1])), true
+}
+
 type ruleReader struct {
 	c     *nftables.Conn
 	t     *nftables.Table
@@ -177,15 +195,10 @@ func (r *ruleReader) resolve(chain string, depth int) ([]netip.AddrPort, core.Ve
 			}
 		}
 		switch {
-		case dnat && len(imm) >= 2:
-			addr, ok := netip.AddrFromSlice(imm[len(imm)-2])
-			p := imm[len(imm)-1]
-			if ok && len(p) >= 2 {
-				ap := netip.AddrPortFrom(addr, uint16(p[0])<<8|uint16(p[1]))
-				if !seen[ap] {
-					seen[ap] = true
-					eps = append(eps, ap)
-				}
+		case dnat && len(imm) > 0:
+			if ap, ok := dnatTarget(imm); ok && !seen[ap] {
+				seen[ap] = true
+				eps = append(eps, ap)
 			}
 		case verdict == nil || verdict.Kind == expr.VerdictJump:
 		case verdict.Kind == expr.VerdictDrop && !conditional && len(eps) == 0 && kind != "fw":

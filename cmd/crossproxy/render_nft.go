@@ -1,0 +1,13 @@
+package main
+
+import (
+	"github.com/crossproxy/crossproxy/core"
+	nft "github.com/crossproxy/crossproxy/platform_linux"
+)
+
+func init() {
+	renderers["linux"] = func(state *core.NodeState) (string, error) {
+		o := linuxRenderOptions
+		return nft.Build(state, nft.Config{Table: o.Table, LocalhostNodePorts: o.LocalhostNodePorts}).Text(), nil
+	}
+}
