@@ -59,5 +59,5 @@ TEST_SUITES += test-installer
 
 # Manifest invariants (pure), the MSI's tables, install/upgrade/uninstall under
 # Wine, install.ps1 syntax and argument building, signing, the systemd unit.
-test-installer:
+test-installer: apiserver
 	bash installer/test.sh
