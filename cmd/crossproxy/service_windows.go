@@ -1,0 +1,459 @@
+//go:build windows
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/windows"
+	"golang.org/x/sys/windows/svc"
+	"golang.org/x/sys/windows/svc/eventlog"
+	"golang.org/x/sys/windows/svc/mgr"
+
+	hns "github.com/crossproxy/crossproxy/platform_windows"
+)
+
+func init() { addCommand(newServiceCommand) }
+
+// Event ids written to the Windows event log.
+const (
+	eventInfo    = 1
+	eventWarning = 2
+	eventError   = 3
+)
+
+func newServiceCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "service",
+		Short: "Install, control and run crossproxy as a Windows service",
+		Long: `service manages the crossproxy Windows service. 'service install' registers it (and its
+event log source) to run 'crossproxy service run -- RUN-FLAGS' at boot; 'service run' is what
+the service manager starts: it runs the same sync loop as 'crossproxy run', logs to a file and
+to the Windows event log, and on stop leaves the load balancers in place.`,
+	}
+	cmd.AddCommand(newServiceInstallCommand(), newServiceUninstallCommand(), newServiceRunCommand(),
+		newServiceControlCommand("start"), newServiceControlCommand("stop"), newServiceStatusCommand())
+	return cmd
+}
+
+func addNameFlag(cmd *cobra.Command, name *string) {
+	cmd.Flags().StringVar(name, "name", "crossproxy", "service name (also the event log source)")
+}
+
+// runArgs returns the arguments after "--", which are 'crossproxy run' flags.
+func runArgs(cmd *cobra.Command, args []string) ([]string, error) {
+	at := cmd.ArgsLenAtDash()
+	if at < 0 {
+		if len(args) > 0 {
+			return nil, fmt.Errorf("unexpected arguments %q: put 'crossproxy run' flags after --", args)
+		}
+		return nil, nil
+	}
+	if at > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q before --", args[:at])
+	}
+	out := args[at:]
+	// Parse them now, so a typo fails at install rather than at boot.
+	if err := newRunCommand().ParseFlags(out); err != nil {
+		return nil, fmt.Errorf("run flags after --: %w", err)
+	}
+	return out, nil
+}
+
+func newServiceInstallCommand() *cobra.Command {
+	var name, display, description, binary, fakeNetwork string
+	var manual bool
+	cmd := &cobra.Command{
+		Use:   "install [flags] [-- RUN-FLAGS...]",
+		Short: "Register the Windows service and its event log source",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			run, err := runArgs(cmd, args)
+			if err != nil {
+				return err
+			}
+			if binary == "" {
+				if binary, err = os.Executable(); err != nil {
+					return fmt.Errorf("flag --binary: not set and the executable path is unknown: %w", err)
+				}
+			}
+			m, err := mgr.Connect()
+			if err != nil {
+				return fmt.Errorf("connect to the service manager: %w", err)
+			}
+			defer m.Disconnect() //nolint:errcheck // nothing to do about it
+			start := uint32(mgr.StartAutomatic)
+			if manual {
+				start = mgr.StartManual
+			}
+			svcArgs := []string{"service", "run", "--name", name}
+			if fakeNetwork != "" {
+				svcArgs = append(svcArgs, "--fake-hns-network", fakeNetwork)
+			}
+			svcArgs = append(append(svcArgs, "--"), run...)
+			s, err := m.CreateService(name, binary, mgr.Config{DisplayName: display, Description: description, StartType: start}, svcArgs...)
+			if err != nil {
+				return fmt.Errorf("create service %s: %w", name, err)
+			}
+			defer s.Close() //nolint:errcheck // nothing to do about it
+			// Restart after a crash: 5 s, 10 s, then every 30 s; the failure count resets after a day.
+			actions := []mgr.RecoveryAction{{Type: mgr.ServiceRestart, Delay: 5 * time.Second}, {Type: mgr.ServiceRestart, Delay: 10 * time.Second}, {Type: mgr.ServiceRestart, Delay: 30 * time.Second}}
+			if err := s.SetRecoveryActions(actions, 86400); err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: service %s: set recovery actions: %v\n", name, err)
+			}
+			if err := eventlog.InstallAsEventCreate(name, eventlog.Error|eventlog.Warning|eventlog.Info); err != nil && !strings.Contains(err.Error(), "exists") {
+				_ = s.Delete()
+				return fmt.Errorf("install event log source %s: %w", name, err)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "installed service %s: %s %s\n", name, binary, strings.Join(svcArgs, " "))
+			return err
+		},
+	}
+	addNameFlag(cmd, &name)
+	cmd.Flags().StringVar(&display, "display-name", "crossproxy Kubernetes Service proxy", "display name")
+	cmd.Flags().StringVar(&description, "description", "Programs HNS load balancers for Kubernetes Services on this node.", "description")
+	cmd.Flags().StringVar(&binary, "binary", "", "path of crossproxy.exe the service runs (default: this executable)")
+	cmd.Flags().BoolVar(&manual, "manual", false, "start on demand instead of at boot")
+	cmd.Flags().StringVar(&fakeNetwork, "fake-hns-network", "", "tests only: the service programs an in-memory HNS (see service run)")
+	_ = cmd.Flags().MarkHidden("fake-hns-network")
+	return cmd
+}
+
+func newServiceUninstallCommand() *cobra.Command {
+	var name string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "uninstall",
+		Short: "Stop and remove the Windows service and its event log source (load balancers stay; see cleanup)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, s, err := openService(name)
+			if err != nil {
+				return err
+			}
+			defer m.Disconnect() //nolint:errcheck // nothing to do about it
+			defer s.Close()      //nolint:errcheck // nothing to do about it
+			if err := stopService(s, timeout); err != nil {
+				return fmt.Errorf("service %s: %w", name, err)
+			}
+			if err := s.Delete(); err != nil {
+				return fmt.Errorf("delete service %s: %w", name, err)
+			}
+			if err := eventlog.Remove(name); err != nil && !errors.Is(err, windows.ERROR_FILE_NOT_FOUND) {
+				return fmt.Errorf("remove event log source %s: %w", name, err)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "removed service %s\n", name)
+			return err
+		},
+	}
+	addNameFlag(cmd, &name)
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for the service to stop")
+	return cmd
+}
+
+func newServiceControlCommand(verb string) *cobra.Command {
+	var name string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   verb,
+		Short: strings.ToUpper(verb[:1]) + verb[1:] + " the Windows service and wait until it is done",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, s, err := openService(name)
+			if err != nil {
+				return err
+			}
+			defer m.Disconnect() //nolint:errcheck // nothing to do about it
+			defer s.Close()      //nolint:errcheck // nothing to do about it
+			if verb == "stop" {
+				err = stopService(s, timeout)
+			} else {
+				err = startService(s, timeout)
+			}
+			if err != nil {
+				return fmt.Errorf("%s service %s: %w", verb, name, err)
+			}
+			return printStatus(cmd.OutOrStdout(), name, s)
+		},
+	}
+	addNameFlag(cmd, &name)
+	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait")
+	return cmd
+}
+
+func newServiceStatusCommand() *cobra.Command {
+	var name string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Print the Windows service's state, process id and exit code",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			m, s, err := openService(name)
+			if err != nil {
+				return err
+			}
+			defer m.Disconnect() //nolint:errcheck // nothing to do about it
+			defer s.Close()      //nolint:errcheck // nothing to do about it
+			return printStatus(cmd.OutOrStdout(), name, s)
+		},
+	}
+	addNameFlag(cmd, &name)
+	return cmd
+}
+
+func openService(name string) (*mgr.Mgr, *mgr.Service, error) {
+	m, err := mgr.Connect()
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to the service manager: %w", err)
+	}
+	s, err := m.OpenService(name)
+	if err != nil {
+		m.Disconnect() //nolint:errcheck // already failing
+		return nil, nil, fmt.Errorf("open service %s: %w", name, err)
+	}
+	return m, s, nil
+}
+
+var stateNames = map[svc.State]string{
+	svc.Stopped: "Stopped", svc.StartPending: "StartPending", svc.StopPending: "StopPending", svc.Running: "Running",
+	svc.ContinuePending: "ContinuePending", svc.PausePending: "PausePending", svc.Paused: "Paused",
+}
+
+func printStatus(w io.Writer, name string, s *mgr.Service) error {
+	st, err := s.Query()
+	if err != nil {
+		return fmt.Errorf("query service %s: %w", name, err)
+	}
+	_, err = fmt.Fprintf(w, "service %s: state=%s pid=%d exit=%d service-exit=%d\n", name, stateNames[st.State], st.ProcessId, st.Win32ExitCode, st.ServiceSpecificExitCode)
+	return err
+}
+
+func waitState(s *mgr.Service, want svc.State, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := s.Query()
+		if err != nil {
+			return fmt.Errorf("query: %w", err)
+		}
+		if st.State == want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("still %s after %s", stateNames[st.State], timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func startService(s *mgr.Service, timeout time.Duration) error {
+	if err := s.Start(); err != nil {
+		return err
+	}
+	return waitState(s, svc.Running, timeout)
+}
+
+func stopService(s *mgr.Service, timeout time.Duration) error {
+	st, err := s.Query()
+	if err != nil {
+		return fmt.Errorf("query: %w", err)
+	}
+	if st.State == svc.Stopped {
+		return nil
+	}
+	if _, err := s.Control(svc.Stop); err != nil {
+		return fmt.Errorf("send stop: %w", err)
+	}
+	return waitState(s, svc.Stopped, timeout)
+}
+
+func newServiceRunCommand() *cobra.Command {
+	var name, logFile, fakeNetwork string
+	cmd := &cobra.Command{
+		Use:   "run [flags] [-- RUN-FLAGS...]",
+		Short: "Run as the Windows service (what the service manager starts)",
+		Long: `run is the service's entry point: the service manager starts it. It runs 'crossproxy run
+RUN-FLAGS' under the service control dispatcher, writes the log to --log-file and warnings,
+errors and start/stop to the Windows event log, and on Stop or Shutdown ends the sync loop,
+leaving the load balancers in place. It is selected by this explicit argument, not by
+detecting a service session, which Wine cannot report.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			run, err := runArgs(cmd, args)
+			if err != nil {
+				return err
+			}
+			if fakeNetwork != "" {
+				hnsOverride = hns.NewFake(hns.Network{Name: fakeNetwork, Type: hns.NetworkL2Bridge}, hns.AllFeatures)
+				ledgerName = "hns-owned-fake.json"
+			}
+			if logFile == "" {
+				logFile = filepath.Join(filepath.Dir(ledgerPath()), name+".log")
+			}
+			return runService(name, logFile, run)
+		},
+	}
+	addNameFlag(cmd, &name)
+	cmd.Flags().StringVar(&logFile, "log-file", "", `log file (default %ProgramData%\crossproxy\NAME.log)`)
+	cmd.Flags().StringVar(&fakeNetwork, "fake-hns-network", "", "tests only: program an in-memory HNS with one L2Bridge network of this name")
+	_ = cmd.Flags().MarkHidden("fake-hns-network")
+	return cmd
+}
+
+// runService redirects the process' standard error (where 'crossproxy run'
+// logs) through a pipe into the log file and, for warnings and errors, the
+// event log, then hands control to the service dispatcher.
+func runService(name, logFile string, run []string) error {
+	if err := os.MkdirAll(filepath.Dir(logFile), 0o755); err != nil {
+		return fmt.Errorf("flag --log-file: %w", err)
+	}
+	f, err := os.OpenFile(logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("flag --log-file: %w", err)
+	}
+	defer f.Close() //nolint:errcheck // written through the pipe below
+	// A crash bypasses the pipe (the process dies with it): the runtime writes it here.
+	if err := debug.SetCrashOutput(f, debug.CrashOptions{}); err != nil {
+		fmt.Fprintf(f, "crash output not redirected: %v\n", err)
+	}
+	elog, err := eventlog.Open(name)
+	if err != nil {
+		fmt.Fprintf(f, "event log source %s unavailable, logging to this file only: %v\n", name, err)
+		elog = nil
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("log pipe: %w", err)
+	}
+	stderr := os.Stderr
+	os.Stderr = w
+	tee := &logTee{file: f, elog: elog}
+	done := make(chan struct{})
+	go func() { tee.copy(r); close(done) }()
+
+	h := &serviceHandler{name: name, args: run, tee: tee}
+	runErr := svc.Run(name, h)
+	os.Stderr = stderr
+	w.Close() //nolint:errcheck // the reader sees EOF either way
+	<-done
+	if elog != nil {
+		elog.Close() //nolint:errcheck // nothing to do about it
+	}
+	if runErr != nil {
+		return fmt.Errorf("service dispatcher (start this command from the service manager): %w", runErr)
+	}
+	return h.err
+}
+
+// logTee copies log lines to the log file and forwards warnings and errors
+// to the event log.
+type logTee struct {
+	mu   sync.Mutex
+	file io.Writer
+	elog *eventlog.Log
+}
+
+func (t *logTee) copy(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		t.line(sc.Text())
+	}
+}
+
+// line writes one log line; event writes one service event (both places).
+func (t *logTee) line(s string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fmt.Fprintln(t.file, s)
+	if t.elog == nil {
+		return
+	}
+	var err error
+	switch {
+	case strings.Contains(s, "level=error"), strings.Contains(s, "level=fatal"), strings.Contains(s, `"level":"error"`), strings.Contains(s, `"level":"fatal"`):
+		err = t.elog.Error(eventError, s)
+	case strings.Contains(s, "level=warning"), strings.Contains(s, `"level":"warning"`):
+		err = t.elog.Warning(eventWarning, s)
+	}
+	if err != nil {
+		fmt.Fprintf(t.file, "event log write failed: %v\n", err)
+	}
+}
+
+func (t *logTee) event(id uint32, msg string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fmt.Fprintf(t.file, "%s service: %s\n", time.Now().UTC().Format(time.RFC3339), msg)
+	if t.elog == nil {
+		return
+	}
+	var err error
+	switch id {
+	case eventError:
+		err = t.elog.Error(id, msg)
+	default:
+		err = t.elog.Info(id, msg)
+	}
+	if err != nil {
+		fmt.Fprintf(t.file, "event log write failed: %v\n", err)
+	}
+}
+
+// serviceHandler runs 'crossproxy run' while the service manager wants it.
+type serviceHandler struct {
+	name string
+	args []string
+	tee  *logTee
+	err  error
+}
+
+// Execute implements svc.Handler.
+func (h *serviceHandler) Execute(_ []string, req <-chan svc.ChangeRequest, status chan<- svc.Status) (bool, uint32) {
+	status <- svc.Status{State: svc.StartPending}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		root := newRootCommand()
+		root.SetArgs(append([]string{"run"}, h.args...))
+		done <- root.ExecuteContext(ctx)
+	}()
+	status <- svc.Status{State: svc.Running, Accepts: svc.AcceptStop | svc.AcceptShutdown}
+	h.tee.event(eventInfo, fmt.Sprintf("crossproxy %s started as service %s: run %s", version, h.name, strings.Join(h.args, " ")))
+	for {
+		select {
+		case err := <-done:
+			// The sync loop ended on its own: a configuration or start error.
+			h.err = err
+			if err == nil {
+				err = errors.New("the sync loop ended without a stop request")
+			}
+			h.tee.event(eventError, fmt.Sprintf("crossproxy service %s failed: %v", h.name, err))
+			return true, 1
+		case c := <-req:
+			switch c.Cmd {
+			case svc.Interrogate:
+				status <- c.CurrentStatus
+			case svc.Stop, svc.Shutdown:
+				status <- svc.Status{State: svc.StopPending}
+				cancel()
+				err := <-done
+				if err != nil && !errors.Is(err, context.Canceled) {
+					h.tee.event(eventError, fmt.Sprintf("crossproxy service %s stopped with an error: %v", h.name, err))
+					return true, 2
+				}
+				h.tee.event(eventInfo, fmt.Sprintf("crossproxy service %s stopped; load balancers left in place", h.name))
+				return false, 0
+			}
+		}
+	}
+}

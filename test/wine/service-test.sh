@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# service-test.sh: the Windows service under Wine's service manager. It builds
+# crossproxy.exe, installs it as a service (crossproxy service install) that
+# runs the real sync loop in standalone mode against the in-memory fake HNS,
+# starts it, waits until the sync loop has programmed the manifests' Service
+# (the ownership ledger lists its load balancer), checks the log file and the
+# event log source, stops it (clean exit, ledger kept: load balancers left in
+# place) and uninstalls it. Everything lives in the test prefix
+# test/.cache/wine; the service is removed on exit, also on failure.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+wine_exec=$root/test/wine/wine-exec
+export WINEPREFIX=${WINEPREFIX:-$root/test/.cache/wine}
+name=crossproxy-svctest
+"$wine_exec" cmd /c exit 0 # creates the prefix and the ProcessPrng shim if missing
+dir=$WINEPREFIX/drive_c/crossproxy-svctest
+# %ProgramData% of a Wine service is C:\users\Public (C:\ProgramData for a console process).
+data=$WINEPREFIX/drive_c/users/Public/crossproxy
+mkdir -p "$dir"
+rm -f "$data/hns-owned-fake.json" "$data/$name.log" "$WINEPREFIX/drive_c/ProgramData/crossproxy/hns-owned-fake.json"
+echo "service-test: building crossproxy.exe"
+(cd "$root" && GOOS=windows GOARCH=amd64 CGO_ENABLED=0 go build -o "$dir/crossproxy.exe" ./cmd/crossproxy)
+exe='C:\crossproxy-svctest\crossproxy.exe'
+
+cat >"$dir/objects.yaml" <<'YAML'
+apiVersion: v1
+kind: Node
+metadata:
+  name: win-1
+  labels: {kubernetes.io/os: windows}
+status:
+  addresses: [{type: InternalIP, address: 192.168.0.11}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  type: ClusterIP
+  clusterIP: 10.96.0.10
+  clusterIPs: [10.96.0.10]
+  ipFamilies: [IPv4]
+  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-abc
+  namespace: default
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+- addresses: [10.244.2.7]
+  nodeName: lin-1
+  conditions: {ready: true, serving: true, terminating: false}
+YAML
+
+cx() { "$wine_exec" "$exe" "$@"; }
+fail() { echo "service-test: FAIL: $*" >&2; [ -f "$data/$name.log" ] && sed 's/^/  log: /' "$data/$name.log" >&2; exit 1; }
+cleanup() { cx service uninstall --name "$name" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+cleanup
+
+cx service install --name "$name" --manual --fake-hns-network test-net -- \
+  --manifests 'C:\crossproxy-svctest\objects.yaml' --node win-1 --network-name test-net --min-sync-period 100ms --ip-families IPv4
+"$wine_exec" reg query 'HKLM\SYSTEM\CurrentControlSet\Services\EventLog\Application\crossproxy-svctest' >/dev/null 2>&1 ||
+  fail "event log source not registered"
+out=$(cx service start --name "$name") || fail "start: $out"
+echo "$out"
+[[ $out == *state=Running* ]] || fail "service not running"
+
+ledger=$data/hns-owned-fake.json
+for _ in $(seq 1 100); do
+  grep -q '"name": "web"' "$ledger" 2>/dev/null && break
+  sleep 0.2
+done
+grep -q '"name": "web"' "$ledger" 2>/dev/null || fail "the sync loop did not program default/web (ledger: $(cat "$ledger" 2>/dev/null))"
+grep -q '"kind": "ClusterIP"' "$ledger" || fail "ledger lacks the ClusterIP load balancer"
+grep -q 'started as service' "$data/$name.log" || fail "no start entry in the log"
+grep -q 'rules in sync' "$data/$name.log" || fail "no sync in the log"
+
+out=$(cx service stop --name "$name") || fail "stop: $out"
+echo "$out"
+[[ $out == *"state=Stopped pid=0 exit=0 service-exit=0"* ]] || fail "unclean stop"
+grep -q 'stopped; load balancers left in place' "$data/$name.log" || fail "no stop entry in the log"
+grep -q '"name": "web"' "$ledger" || fail "stopping removed ownership records"
+if grep -q 'event log write failed' "$data/$name.log"; then fail "event log writes failed"; fi
+
+out=$(cx service uninstall --name "$name") || fail "uninstall: $out"
+[[ $out == *"removed service $name"* ]] || fail "uninstall: $out"
+if cx service status --name "$name" >/dev/null 2>&1; then fail "service still exists after uninstall"; fi
+echo "service-test: PASS (install, start, sync loop against the fake HNS, event log source, clean stop, uninstall)"
