@@ -50,8 +50,12 @@ func TestBadInput(t *testing.T) {
 			check: func(t *testing.T, st *NodeState) {
 				expectEq(t, "port", mustPort(t, st, httpV4("web")).Port, uint16(80))
 			}},
-		{name: "invalid external IP", services: svcs(testService("web", externalIPs("1.2.3"))),
-			want: want{"Service", "default/web", "spec.externalIPs[0]", "not an IP address"}},
+		{name: "invalid external IP", services: svcs(testService("web", externalIPs("1.2.3"), etpLocal())),
+			want: want{"Service", "default/web", "spec.externalIPs[0]", "not an IP address"},
+			check: func(t *testing.T, st *NodeState) {
+				p := mustPort(t, st, httpV4("web"))
+				expectEq(t, "no external frontend, so no external policy", p.ExternalPolicyLocal || p.Masquerade.External, false)
+			}},
 		{name: "invalid ingress IP", services: svcs(testService("web", loadBalancer("lb.example.com"))),
 			want: want{"Service", "default/web", "status.loadBalancer.ingress[0].ip", "not an IP address"}},
 		{name: "slice without service-name label", services: svcs(testService("web")),

@@ -160,9 +160,7 @@ func parseService(svc *v1.Service, nsn types.NamespacedName, sink problemSink) *
 		info.clusterIP[famIndex(f)] = a
 	}
 	info.nodePorts = spec.Type == v1.ServiceTypeNodePort || spec.Type == v1.ServiceTypeLoadBalancer
-	info.external = info.nodePorts || len(spec.ExternalIPs) > 0
 	info.itpLocal = spec.InternalTrafficPolicy != nil && *spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal
-	info.etpLocal = info.external && spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
 
 	for i, p := range spec.Ports {
 		proto := p.Protocol
@@ -201,6 +199,10 @@ func parseService(svc *v1.Service, nsn types.NamespacedName, sink problemSink) *
 		}
 		info.externalIPs = append(info.externalIPs, a.Unmap())
 	}
+	// External frontends (NodePort, LoadBalancer type or a usable external
+	// IP) are what externalTrafficPolicy applies to.
+	info.external = info.nodePorts || len(info.externalIPs) > 0
+	info.etpLocal = info.external && spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
 	if spec.Type == v1.ServiceTypeLoadBalancer {
 		for i, ing := range svc.Status.LoadBalancer.Ingress {
 			if ing.IP == "" {
