@@ -123,6 +123,17 @@ func (rk *runKube) apply(changed func(flag string) bool, ro *runOptions) (notes 
 	if err := cfg.Validate(runtime.GOOS); err != nil {
 		return nil, err
 	}
+	// Standalone mode (labs, e2e tests that run several proxies at once)
+	// serves health and metrics only when asked to, so default ports never
+	// collide.
+	if len(ro.manifests) > 0 && rk.configFile == "" {
+		if !changed("healthz-bind-address") {
+			cfg.HealthzBindAddress = ""
+		}
+		if !changed("metrics-bind-address") {
+			cfg.MetricsBindAddress = ""
+		}
+	}
 	// The flag-only settings stay as the flags say.
 	cfg.Backend.NetNSPath = ro.backend.NetNSPath
 	cfg.Runner.MaxBackoff = ro.runner.MaxBackoff

@@ -12,4 +12,4 @@ apiserver:
 # test-integration runs crossproxy against the real apiserver (needs root:
 # it creates network namespaces prefixed xpk-).
 test-integration: apiserver
-	$(GO) test -tags integration -count=1 -p 1 -timeout 20m ./test/harness/
+	$(GO) test -tags integration -count=1 -p 1 -timeout 20m ./test/harness/ ./test/integration/
