@@ -162,8 +162,8 @@ func TestShippedRBACIsEnoughAndNoMore(t *testing.T) {
 		"watch endpointslices": func() error {
 			return watchOnce(cp.DiscoveryV1().EndpointSlices("").Watch(ctx, metav1.ListOptions{}))
 		},
-		"get node": func() error {
-			_, err := cp.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+		"list this node": func() error {
+			_, err := cp.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=node-a"})
 			return err
 		},
 		"watch this node": func() error {
