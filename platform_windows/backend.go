@@ -17,12 +17,11 @@ import (
 	"github.com/crossproxy/crossproxy/platform"
 )
 
-// Notifier receives the core decisions HNS cannot express, once per Service
-// and feature (again only when the detail changes), so cmd can turn them into
-// Kubernetes Events on the Service. Implementations must not block.
-type Notifier interface {
-	Unsupported(svc types.NamespacedName, feature, detail string)
-}
+// Notifier receives the core decisions HNS cannot express. The Backend calls
+// it once per Service and feature (again only when the detail changes);
+// cmd passes platform/events.Recorder through BackendConfig.Notifier, which
+// turns each call into an Event on the Service.
+type Notifier = platform.Notifier
 
 // DefaultConcurrency bounds the HNS calls in flight; HNS serialises much of
 // its work, so more gains little and risks timeouts.

@@ -3,6 +3,7 @@ package hns
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -76,7 +77,12 @@ func PlanPorts(state *core.NodeState, keys []core.PortKey, opts PlanOptions) Pla
 			continue
 		}
 		lbs, notices := planPort(p, opts)
-		plan.Notices = append(plan.Notices, notices...)
+		for _, n := range notices {
+			// The families of one port share their notices.
+			if !slices.Contains(plan.Notices, n) {
+				plan.Notices = append(plan.Notices, n)
+			}
+		}
 		for _, lb := range lbs {
 			f := lb.LB.Frontend()
 			if other, dup := frontends[f]; dup {
