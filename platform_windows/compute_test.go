@@ -62,7 +62,9 @@ func epYAML(addr, node, zone, ready, serving, terminating, hints string) string 
 	return s
 }
 
-func readyEP(addr, node, zone string) string { return epYAML(addr, node, zone, "true", "true", "false", "") }
+func readyEP(addr, node, zone string) string {
+	return epYAML(addr, node, zone, "true", "true", "false", "")
+}
 
 // TestComputedParity proves parity rows end to end: Kubernetes objects,
 // core's decisions, HNS plan.
