@@ -26,14 +26,29 @@ type slicePort struct {
 
 // candidate is one endpoint of a slice, valid or not, with its hints.
 type candidate struct {
-	ep    Endpoint
-	raw   string // the address as written
+	ep  Endpoint
+	raw string // the address as written
+	// valid is false for an unusable endpoint; bad then says why.
 	valid bool
-	// reason and detail explain an invalid candidate.
-	reason ExclusionReason
-	detail string
-	zones  []string
-	nodes  []string
+	bad   *Exclusion
+	hints *epHints
+}
+
+// epHints are an endpoint's topology hints (kept apart: most endpoints have none).
+type epHints struct{ zones, nodes []string }
+
+func (h *epHints) zoneNames() []string {
+	if h == nil {
+		return nil
+	}
+	return h.zones
+}
+
+func (h *epHints) nodeNames() []string {
+	if h == nil {
+		return nil
+	}
+	return h.nodes
 }
 
 func (c *candidate) servingTerminating() bool { return c.ep.Serving && c.ep.Terminating }
@@ -109,20 +124,23 @@ func parseEndpoint(e *env, info *svcInfo, s *discovery.EndpointSlice, i int, fam
 	c := candidate{ep: Endpoint{Slice: s.Name}}
 	if len(ep.Addresses) == 0 {
 		sink.add(fmt.Sprintf("endpoints[%d].addresses", i), "empty; endpoint skipped")
-		c.reason, c.detail = ExcludedInvalid, fmt.Sprintf("endpoints[%d] in slice %s has no address", i, s.Name)
+		c.bad = &Exclusion{Reason: ExcludedInvalid, Detail: fmt.Sprintf("endpoints[%d] in slice %s has no address", i, s.Name)}
 		return c
 	}
 	c.raw = ep.Addresses[0]
-	field := fmt.Sprintf("endpoints[%d].addresses[0]", i)
-	a, err := netip.ParseAddr(strings.TrimSpace(c.raw))
+	a, err := netip.ParseAddr(c.raw)
+	if err != nil {
+		a, err = netip.ParseAddr(strings.TrimSpace(c.raw))
+	}
+	field := func() string { return fmt.Sprintf("endpoints[%d].addresses[0]", i) }
 	switch {
 	case err != nil || a.Zone() != "" || a.Unmap().IsUnspecified():
-		sink.add(field, "%q is not a usable IP address; endpoint skipped", c.raw)
-		c.reason, c.detail = ExcludedInvalid, fmt.Sprintf("%q in slice %s is not a usable IP address", c.raw, s.Name)
+		sink.add(field(), "%q is not a usable IP address; endpoint skipped", c.raw)
+		c.bad = &Exclusion{Reason: ExcludedInvalid, Detail: fmt.Sprintf("%q in slice %s is not a usable IP address", c.raw, s.Name)}
 		return c
 	case familyOf(a) != fam:
-		sink.add(field, "%s is not an %s address but the slice's addressType is %s; endpoint skipped", c.raw, fam, s.AddressType)
-		c.reason, c.detail = ExcludedWrongFamily, fmt.Sprintf("%s is not %s, the addressType of slice %s", c.raw, fam, s.Name)
+		sink.add(field(), "%s is not an %s address but the slice's addressType is %s; endpoint skipped", c.raw, fam, s.AddressType)
+		c.bad = &Exclusion{Reason: ExcludedWrongFamily, Detail: fmt.Sprintf("%s is not %s, the addressType of slice %s", c.raw, fam, s.Name)}
 		return c
 	}
 	c.valid = true
@@ -139,11 +157,12 @@ func parseEndpoint(e *env, info *svcInfo, s *discovery.EndpointSlice, i int, fam
 	}
 	c.ep.Local = c.ep.NodeName != "" && c.ep.NodeName == e.node.Name
 	if ep.Hints != nil {
+		c.hints = &epHints{}
 		for _, z := range ep.Hints.ForZones {
-			c.zones = append(c.zones, z.Name)
+			c.hints.zones = append(c.hints.zones, z.Name)
 		}
 		for _, n := range ep.Hints.ForNodes {
-			c.nodes = append(c.nodes, n.Name)
+			c.hints.nodes = append(c.hints.nodes, n.Name)
 		}
 	}
 	return c
@@ -181,7 +200,7 @@ func chooseEndpoints(e *env, info *svcInfo, sp *ServicePort, p svcPort, parsed [
 			c := &ps.eps[i]
 			switch {
 			case !c.valid:
-				excl = append(excl, Exclusion{Addr: c.raw, Port: port, Slice: ps.name, Set: SetAll, Reason: c.reason, Detail: c.detail})
+				excl = append(excl, Exclusion{Addr: c.raw, Port: port, Slice: ps.name, Set: SetAll, Reason: c.bad.Reason, Detail: c.bad.Detail})
 			case port == 0:
 				excl = append(excl, Exclusion{Addr: c.raw, Slice: ps.name, Set: SetAll, Reason: ExcludedNoMatchingPort,
 					Detail: noPortDetail(p, ps)})
@@ -364,10 +383,10 @@ func unusedReason(c *candidate, readyMode bool, because string) *Exclusion {
 // topologyReason says why a ready endpoint is filtered out by hints, or nil.
 func topologyReason(c *candidate, mode string, node NodeInfo) *Exclusion {
 	switch {
-	case mode == v1.ServiceTrafficDistributionPreferSameNode && !slices.Contains(c.nodes, node.Name):
-		return &Exclusion{Reason: ExcludedOtherNode, Detail: fmt.Sprintf("hint forNodes %v does not include this node %q", c.nodes, node.Name)}
-	case mode == v1.ServiceTrafficDistributionPreferSameZone && !slices.Contains(c.zones, node.Zone):
-		return &Exclusion{Reason: ExcludedOtherZone, Detail: fmt.Sprintf("hint forZones %v does not include this node's zone %q", c.zones, node.Zone)}
+	case mode == v1.ServiceTrafficDistributionPreferSameNode && !slices.Contains(c.hints.nodeNames(), node.Name):
+		return &Exclusion{Reason: ExcludedOtherNode, Detail: fmt.Sprintf("hint forNodes %v does not include this node %q", c.hints.nodeNames(), node.Name)}
+	case mode == v1.ServiceTrafficDistributionPreferSameZone && !slices.Contains(c.hints.zoneNames(), node.Zone):
+		return &Exclusion{Reason: ExcludedOtherZone, Detail: fmt.Sprintf("hint forZones %v does not include this node's zone %q", c.hints.zoneNames(), node.Zone)}
 	}
 	return nil
 }
@@ -386,17 +405,17 @@ func topologyMode(picks []pick, node, zone string) (mode, note string) {
 			continue
 		}
 		anyReady = true
-		if len(c.nodes) == 0 {
+		if len(c.hints.nodeNames()) == 0 {
 			allNode = false
 		} else {
 			anyNodeHint = true
-			forNode = forNode || slices.Contains(c.nodes, node)
+			forNode = forNode || slices.Contains(c.hints.nodeNames(), node)
 		}
-		if len(c.zones) == 0 {
+		if len(c.hints.zoneNames()) == 0 {
 			allZone = false
 		} else {
 			anyZoneHint = true
-			forZone = forZone || slices.Contains(c.zones, zone)
+			forZone = forZone || slices.Contains(c.hints.zoneNames(), zone)
 		}
 	}
 	if !anyReady {

@@ -99,6 +99,7 @@ func Compute(opts Options, node *v1.Node, services []*v1.Service, slices []*disc
 		return nil, fmt.Errorf("compute node state: options: %w", err)
 	}
 	t := newTracker(opts)
+	t.presize(len(services), len(slices))
 	t.setNode(node)
 	for i, s := range services {
 		if s == nil {
@@ -112,7 +113,7 @@ func Compute(opts Options, node *v1.Node, services []*v1.Service, slices []*disc
 		}
 		t.upsertService(s)
 	}
-	seen := map[types.NamespacedName]bool{}
+	seen := make(map[types.NamespacedName]bool, len(slices))
 	for i, s := range slices {
 		if s == nil {
 			t.extraProblems = append(t.extraProblems, Problem{Kind: "EndpointSlice", Field: fmt.Sprintf("slices[%d]", i), Reason: "nil object"})
@@ -128,6 +129,16 @@ func Compute(opts Options, node *v1.Node, services []*v1.Service, slices []*disc
 	}
 	st, _ := t.snapshot(false)
 	return st, nil
+}
+
+// presize makes room for a known number of objects, so a full computation
+// does not grow its maps step by step.
+func (t *Tracker) presize(services, slices int) {
+	t.services = make(map[types.NamespacedName]*v1.Service, services)
+	t.slicesBySvc = make(map[types.NamespacedName][]*discovery.EndpointSlice, services)
+	t.sliceOwner = make(map[types.NamespacedName]types.NamespacedName, slices)
+	t.results = make(map[types.NamespacedName]*serviceResult, services)
+	t.dirty = make(map[types.NamespacedName]struct{}, services)
 }
 
 // SetNode records this node's Node object. A change that matters (name,
