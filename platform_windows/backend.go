@@ -151,6 +151,8 @@ func (b *Backend) prepare(ctx context.Context) error {
 		}
 		b.features = &f
 		b.log.WithField("features", fmt.Sprintf("%+v", f)).Info("HNS features detected")
+		b.log.Info("HNS chooses source NAT itself (to the source VIP on overlay networks, none with DSR): " +
+			"the core's masquerade decisions (masqueradeAll, local traffic detection) are not applied on this node")
 		if b.cfg.EnableDSR && !f.DSR {
 			b.log.Warn("DSR requested but this HNS does not support it; load balancers are created without DSR")
 		}
