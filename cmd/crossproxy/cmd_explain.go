@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -158,7 +159,9 @@ func (eo *explainOptions) local(ctx context.Context, svc types.NamespacedName) (
 
 // readProgrammed fills layer 4 from this node's data plane. A platform without
 // one, or a data plane that cannot be read (no privileges, no rules yet), makes
-// the layer unavailable rather than the command fail: the other three still help.
+// the layer unavailable rather than the command fail: the other three still
+// help. A failed read on a platform with a data plane counts as a mismatch
+// when the Service should have rules (see explain.Input.ProgrammedFailed).
 func (eo *explainOptions) readProgrammed(ctx context.Context, in *explain.Input) {
 	log := logrus.New()
 	log.SetOutput(io.Discard)
@@ -173,6 +176,7 @@ func (eo *explainOptions) readProgrammed(ctx context.Context, in *explain.Input)
 	ps, err := b.Programmed(ctx, in.Service)
 	if err != nil {
 		in.ProgrammedUnavailable = fmt.Sprintf("read %s: %v", b.Name(), err)
+		in.ProgrammedFailed = !errors.Is(err, platform.ErrUnsupported)
 		return
 	}
 	in.Programmed = ps

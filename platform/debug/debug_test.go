@@ -168,7 +168,8 @@ func TestHandlerServesTheProxysView(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Programmed.Available || rep.Programmed.Unavailable != "read fake: permission denied" {
+	if rep.Programmed.Available || rep.Programmed.Unavailable != "read fake: permission denied" ||
+		rep.FirstMismatch == nil || rep.FirstMismatch.Message != "layer 4 not read: read fake: permission denied" {
 		t.Fatalf("programmed: %+v", rep.Programmed)
 	}
 

@@ -83,6 +83,7 @@ func (h *Handler) Report(ctx context.Context, svc types.NamespacedName) *explain
 		ps, err := h.Backend.Programmed(ctx, svc)
 		if err != nil {
 			in.ProgrammedUnavailable = fmt.Sprintf("read %s: %v", h.Backend.Name(), err)
+			in.ProgrammedFailed = !errors.Is(err, platform.ErrUnsupported)
 		} else {
 			in.Programmed = ps
 		}

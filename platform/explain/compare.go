@@ -50,7 +50,11 @@ func verdictWords(v core.Verdict, suffix string) string {
 func (a *analysis) programmedLayer() {
 	ps := a.in.Programmed
 	if ps == nil {
-		a.add(LayerProgrammed, SeverityNote, "layer 4 not read: %s", a.r.Programmed.Unavailable)
+		sev := SeverityNote
+		if a.in.ProgrammedFailed && len(a.ports) > 0 && !a.ignored {
+			sev = SeverityMismatch
+		}
+		a.add(LayerProgrammed, sev, "layer 4 not read: %s", a.r.Programmed.Unavailable)
 		return
 	}
 	for _, n := range ps.Notes {

@@ -133,8 +133,9 @@ type testCase struct {
 	opts   *core.Options
 	// prog rewrites the perfectly programmed state; nil keeps it.
 	prog func(*platform.ProgrammedService)
-	// noProg leaves layer 4 unavailable.
-	noProg bool
+	// noProg leaves layer 4 unavailable; progFailed makes that a failed read.
+	noProg     bool
+	progFailed bool
 	// first is the expected first mismatch ("" when the layers agree) and its layer.
 	first      string
 	firstLayer int
@@ -161,9 +162,12 @@ func build(t *testing.T, tc testCase) *Report {
 		t.Fatalf("core.Compute: %v", err)
 	}
 	in := Input{Service: webName, NodeName: node.Name, Object: tc.svc, Slices: tc.slices, State: st, Backend: "fake"}
-	if tc.noProg {
+	switch {
+	case tc.progFailed:
+		in.ProgrammedUnavailable, in.ProgrammedFailed = "read fake: table inet crossproxy has no frontend map: not programmed", true
+	case tc.noProg:
 		in.ProgrammedUnavailable = "backend for plan9: not supported on this platform"
-	} else {
+	default:
 		in.Programmed = perfect(st, webName)
 		if tc.prog != nil {
 			tc.prog(in.Programmed)
@@ -278,6 +282,12 @@ func TestBuildFindsFirstMismatch(t *testing.T) {
 			}},
 		{name: "layer 4 unavailable is a note", svc: testService(), slices: twoReady(), noProg: true,
 			notes: []string{"layer 4 not read: backend for plan9: not supported on this platform"}},
+		{name: "a failed read of layer 4 is a mismatch", svc: testService(), slices: twoReady(), progFailed: true,
+			first: "layer 4 not read: read fake: table inet crossproxy has no frontend map: not programmed", firstLayer: 4},
+		{name: "a failed read of layer 4 for an ignored service is a note", svc: testService(func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeExternalName
+		}), progFailed: true,
+			notes: []string{"layer 4 not read: read fake: table inet crossproxy has no frontend map: not programmed"}},
 		{name: "stale connection is a note", svc: testService(), slices: twoReady(),
 			prog: func(ps *platform.ProgrammedService) {
 				ps.Connections = []platform.Connection{

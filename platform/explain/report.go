@@ -65,9 +65,14 @@ type Input struct {
 	State            *core.NodeState
 	StateUnavailable string
 	// Programmed is what the data plane holds; nil when it could not be read,
-	// with ProgrammedUnavailable saying why.
+	// with ProgrammedUnavailable saying why. ProgrammedFailed marks a read
+	// that failed on a platform that has a data plane (no table, no
+	// privileges), as opposed to a platform without one: when the computed
+	// state has ports for the Service, a failed read is a mismatch, since
+	// nothing confirms the rules exist.
 	Programmed            *platform.ProgrammedService
 	ProgrammedUnavailable string
+	ProgrammedFailed      bool
 	// Backend names the data plane ("nftables", "hns").
 	Backend string
 }
