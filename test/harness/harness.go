@@ -47,7 +47,9 @@ const (
 	// EnvBinDir overrides where the kube-apiserver and etcd binaries are looked for.
 	EnvBinDir = "CROSSPROXY_APISERVER_BIN_DIR"
 
-	readyTimeout = 120 * time.Second
+	readyTimeout   = 120 * time.Second
+	apiserverGrace = 2 * time.Second
+	etcdGrace      = 10 * time.Second
 )
 
 // Identity is one user of the apiserver's static token file.
@@ -333,14 +335,16 @@ func (s *Server) StartAPIServer() error {
 
 // StopAPIServer stops kube-apiserver only; etcd keeps the data, so a later
 // StartAPIServer resumes with the same objects. Clients see connection errors
-// meanwhile, as they would during a control-plane outage.
+// meanwhile, as they would during a control-plane outage. The apiserver gets
+// SIGTERM and, after apiserverGrace, SIGKILL: its graceful shutdown waits for
+// open watches, which tests have no use for.
 func (s *Server) StopAPIServer() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.apiserver == nil {
 		return nil
 	}
-	return s.apiserver.stop()
+	return s.apiserver.stop(apiserverGrace)
 }
 
 // RestartAPIServer stops and starts kube-apiserver.
@@ -458,10 +462,10 @@ func (s *Server) Close() error {
 	s.closed = true
 	var errs []error
 	if s.apiserver != nil {
-		errs = append(errs, s.apiserver.stop())
+		errs = append(errs, s.apiserver.stop(apiserverGrace))
 	}
 	if s.etcd != nil {
-		errs = append(errs, s.etcd.stop())
+		errs = append(errs, s.etcd.stop(etcdGrace))
 	}
 	if os.Getenv("HARNESS_KEEP_DIR") == "" {
 		errs = append(errs, os.RemoveAll(s.Dir))

@@ -49,8 +49,8 @@ func (p *process) exited() bool {
 	}
 }
 
-// stop asks the process to end (SIGTERM) and kills it after 20 s.
-func (p *process) stop() error {
+// stop asks the process to end (SIGTERM) and kills it after grace.
+func (p *process) stop(grace time.Duration) error {
 	if p.exited() {
 		return nil
 	}
@@ -58,7 +58,7 @@ func (p *process) stop() error {
 	select {
 	case <-p.done:
 		return nil
-	case <-time.After(20 * time.Second):
+	case <-time.After(grace):
 	}
 	_ = p.cmd.Process.Kill()
 	select {

@@ -172,7 +172,6 @@ func (e *env) startProxy(extra ...string) *proxy {
 	if e.health == "" {
 		e.health, e.mport = freeAddr(e.t), freeAddr(e.t)
 	}
-	logPath := filepath.Join(e.api.Dir, fmt.Sprintf("crossproxy-%d.log", time.Now().UnixNano()))
 	args := append([]string{"run",
 		"--kubeconfig", kc,
 		"--hostname-override", e.node,
@@ -184,6 +183,13 @@ func (e *env) startProxy(extra ...string) *proxy {
 		"--metrics-bind-address", e.mport,
 		"--log-level", "debug",
 	}, extra...)
+	return startRaw(e, args...)
+}
+
+// startRaw runs crossproxy with exactly args.
+func startRaw(e *env, args ...string) *proxy {
+	e.t.Helper()
+	logPath := filepath.Join(e.api.Dir, fmt.Sprintf("crossproxy-%d.log", time.Now().UnixNano()))
 	f, err := os.Create(logPath)
 	if err != nil {
 		e.t.Fatal(err)
