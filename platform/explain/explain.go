@@ -169,6 +169,9 @@ func joinFamilies(fams []v1.IPFamily) string {
 // Service has a cluster IP of that family and the node runs it.
 func (a *analysis) served(s *discovery.EndpointSlice) bool {
 	var fam v1.IPFamily
+	if sliceIgnored(a.in, s) != "" {
+		return false
+	}
 	switch s.AddressType {
 	case discovery.AddressTypeIPv4:
 		fam = v1.IPv4Protocol
@@ -219,11 +222,15 @@ func (a *analysis) publishedLayer() {
 	if len(served) == 0 {
 		var found []string
 		for _, s := range a.in.Slices {
-			found = append(found, fmt.Sprintf("%s (%s)", s.Name, s.AddressType))
+			what := string(s.AddressType)
+			if why := sliceIgnored(a.in, s); why != "" {
+				what += ", ignored: " + why
+			}
+			found = append(found, fmt.Sprintf("%s (%s)", s.Name, what))
 		}
 		sort.Strings(found)
-		a.add(LayerPublished, SeverityMismatch, "no EndpointSlice of an address type this node proxies for the Service (slices found: %s)",
-			strings.Join(found, ", "))
+		a.add(LayerPublished, SeverityMismatch, "none of the Service's EndpointSlices is proxied on this node (found: %s)",
+			strings.Join(found, "; "))
 		return
 	}
 	for _, msg := range p.Problems {

@@ -211,7 +211,13 @@ func TestBuildFindsFirstMismatch(t *testing.T) {
 			s.AddressType = discovery.AddressTypeIPv6
 			return s
 		}()},
-			first: "no EndpointSlice of an address type this node proxies for the Service (slices found: web-v6 (IPv6))", firstLayer: 2},
+			first: "none of the Service's EndpointSlices is proxied on this node (found: web-v6 (IPv6))", firstLayer: 2},
+		{name: "headless-labelled slices are not served", svc: testService(), slices: func() []*discovery.EndpointSlice {
+			s := testSlice("web-abc", "http", ep("10.244.1.5"))
+			s.Labels[core.LabelHeadless] = ""
+			return []*discovery.EndpointSlice{s}
+		}(),
+			first: "none of the Service's EndpointSlices is proxied on this node (found: web-abc (IPv4, ignored: labelled service.kubernetes.io/headless: endpoints of a headless Service are not proxied))", firstLayer: 2},
 		{name: "targetPort name matches no slice port", svc: testService(),
 			slices: []*discovery.EndpointSlice{testSlice("web-7x2k", "web", ep("10.244.1.5"))},
 			first:  `targetPort http matches no port in slice web-7x2k (Service port "http"/TCP; slice ports: "web" 8080/TCP)`, firstLayer: 2},

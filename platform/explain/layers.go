@@ -103,7 +103,8 @@ func published(in *Input) Published {
 	list := slices.Clone(in.Slices)
 	slices.SortFunc(list, func(a, b *discovery.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
 	for _, s := range list {
-		out := Slice{Name: s.Name, AddressType: string(s.AddressType), Ports: []SlicePort{}, Endpoints: []SliceEndpoint{}}
+		out := Slice{Name: s.Name, AddressType: string(s.AddressType), Ports: []SlicePort{}, Endpoints: []SliceEndpoint{},
+			Ignored: sliceIgnored(in, s)}
 		for _, sp := range s.Ports {
 			q := SlicePort{Protocol: string(v1.ProtocolTCP)}
 			if sp.Name != nil {
@@ -144,6 +145,21 @@ func published(in *Input) Published {
 		p.Slices = append(p.Slices, out)
 	}
 	return p
+}
+
+// sliceIgnored is the core's reason for skipping a slice on purpose, or "".
+func sliceIgnored(in *Input, s *discovery.EndpointSlice) string {
+	if in.State != nil {
+		for _, o := range in.State.Ignored {
+			if o.Kind == "EndpointSlice" && o.Object == s.Namespace+"/"+s.Name {
+				return o.Reason
+			}
+		}
+	}
+	if _, ok := s.Labels[core.LabelHeadless]; ok {
+		return "labelled " + core.LabelHeadless
+	}
+	return ""
 }
 
 // servicePorts returns the computed ports of one Service, sorted by key.

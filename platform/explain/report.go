@@ -141,6 +141,8 @@ type Slice struct {
 	AddressType string          `json:"addressType"`
 	Ports       []SlicePort     `json:"ports"`
 	Endpoints   []SliceEndpoint `json:"endpoints"`
+	// Ignored is why the core skips this slice on purpose (headless), if it does.
+	Ignored string `json:"ignored,omitempty"`
 }
 
 // SlicePort is one port of a slice; Port is 0 when the slice leaves it unset.

@@ -143,6 +143,9 @@ func (r *Report) textPublished(p printer) {
 			ports = append(ports, fmt.Sprintf("%q %s/%s", q.Name, port, q.Protocol))
 		}
 		p(1, "slice %s (%s), ports %s", s.Name, s.AddressType, listOrDash(ports))
+		if s.Ignored != "" {
+			p(2, "ignored: %s", s.Ignored)
+		}
 		if len(s.Endpoints) == 0 {
 			p(2, "no endpoints")
 		}
