@@ -96,7 +96,18 @@ func script(cmds [][]string) error {
 // noDAD turns off IPv6 duplicate address detection in a namespace, so new
 // links (and their link-local addresses) work at once instead of after ~2 s.
 func noDAD(ns string) []string {
-	return inNS(ns, "sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0")
+	return sysctl(ns, "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0")
+}
+
+// sysctl sets net.* keys inside a namespace by writing /proc/sys (which shows
+// the namespace of the writing process), so the lab needs no procps.
+func sysctl(ns string, kvs ...string) []string {
+	var sets []string
+	for _, kv := range kvs {
+		k, v, _ := strings.Cut(kv, "=")
+		sets = append(sets, fmt.Sprintf("echo %s > /proc/sys/%s", v, strings.ReplaceAll(k, ".", "/")))
+	}
+	return inNS(ns, "sh", "-c", strings.Join(sets, " && "))
 }
 
 func inNS(ns string, args ...string) []string {
@@ -148,7 +159,7 @@ func buildNetwork() error {
 	for _, n := range nodes {
 		attach(n.Name, n.Zone, n.V4, n.V6)
 		cmds = append(cmds,
-			inNS(n.Name, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1",
+			sysctl(n.Name, "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1",
 				"net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"))
 	}
 	attach(Prefix+"client", "client", clientV4, clientV6)
