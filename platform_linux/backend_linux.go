@@ -153,7 +153,7 @@ func (b *Backend) syncPartial(state *core.NodeState, changes core.Changes) error
 			return fmt.Errorf("partial sync of %d ports: %w", len(ports), err)
 		}
 	}
-	b.applied = plan.Next
+	plan.Commit(b.applied)
 	b.stats = SyncStats{Commands: plan.Batch.Len(), Build: built, Encode: b.lastEncode, Kernel: b.lastKernel, Apply: time.Since(start) - built}
 	return nil
 }

@@ -207,22 +207,45 @@ func PlanFull(rs *Ruleset, existingChains, existingSets []string, recreate bool)
 	return b
 }
 
-// PartialPlan is a partial sync's batch and the Applied state it leads to.
+// PartialPlan is a partial sync's batch and what Commit records once the
+// kernel accepted it.
 type PartialPlan struct {
-	Batch *Batch
-	Next  *Applied
+	Batch   *Batch
+	ports   map[core.PortKey]*PortObjects
+	ipDelta map[netip.Addr]int
+	hpDelta map[netip.Addr]int
+}
+
+// Commit records the plan in a (the Applied state it was planned from), after
+// the kernel accepted the batch. It costs O(changes), not O(Services).
+func (p *PartialPlan) Commit(a *Applied) {
+	for k, v := range p.ports {
+		if v == nil {
+			delete(a.Ports, k)
+		} else {
+			a.Ports[k] = v
+		}
+	}
+	commitCounts(a.clusterIPs, p.ipDelta)
+	commitCounts(a.hairpin, p.hpDelta)
+}
+
+func commitCounts(m, delta map[netip.Addr]int) {
+	for addr, d := range delta {
+		if n := m[addr] + d; n > 0 {
+			m[addr] = n
+		} else {
+			delete(m, addr)
+		}
+	}
 }
 
 // PlanPartial rewrites only the given ports: chains that changed are flushed
 // and refilled, new ones added, gone ones deleted; map elements and shared set
 // elements are added and deleted one by one. ports maps each changed key to its
-// new objects, or to nil when the port is gone. prev is not modified.
+// new objects, or to nil when the port is gone. prev is not modified; the
+// caller commits the plan into it once the kernel took the batch.
 func PlanPartial(table string, prev *Applied, ports map[core.PortKey]*PortObjects) *PartialPlan {
-	next := &Applied{Globals: prev.Globals, Ports: make(map[core.PortKey]*PortObjects, len(prev.Ports)),
-		clusterIPs: prev.clusterIPs, hairpin: prev.hairpin}
-	for k, v := range prev.Ports {
-		next.Ports[k] = v
-	}
 	b := &Batch{Table: table}
 	keys := make([]core.PortKey, 0, len(ports))
 	for k := range ports {
@@ -258,7 +281,6 @@ func PlanPartial(table string, prev *Applied, ports map[core.PortKey]*PortObject
 			for _, a := range old.Endpoints {
 				hpDelta[a]--
 			}
-			delete(next.Ports, k)
 		}
 		if nu != nil {
 			for _, c := range nu.Chains {
@@ -282,7 +304,6 @@ func PlanPartial(table string, prev *Applied, ports map[core.PortKey]*PortObject
 			for _, a := range nu.Endpoints {
 				hpDelta[a]++
 			}
-			next.Ports[k] = nu
 		}
 		for _, e := range oldFE {
 			fe[k.Family].del = append(fe[k.Family].del, e)
@@ -327,8 +348,8 @@ func PlanPartial(table string, prev *Applied, ports map[core.PortKey]*PortObject
 		b.elements(OpAddElements, s, fe[f].add)
 	}
 	// 4. shared sets: an element exists while at least one port uses it.
-	next.clusterIPs = applyCounts(b, prev.clusterIPs, ipDelta, clusterIPSet, false)
-	next.hairpin = applyCounts(b, prev.hairpin, hpDelta, hairpinSet, true)
+	countElements(b, prev.clusterIPs, ipDelta, clusterIPSet, false)
+	countElements(b, prev.hairpin, hpDelta, hairpinSet, true)
 	// 5. chains and sets no port uses any more.
 	var dying []string
 	for n := range oldChains {
@@ -348,7 +369,7 @@ func PlanPartial(table string, prev *Applied, ports map[core.PortKey]*PortObject
 			b.add(Op{Kind: OpDelSet, Set: oldSets[n]})
 		}
 	}
-	return &PartialPlan{Batch: b, Next: next}
+	return &PartialPlan{Batch: b, ports: ports, ipDelta: ipDelta, hpDelta: hpDelta}
 }
 
 func elemKey(e Element) string { return fmt.Sprintf("%s/%s/%d", e.Addr, e.Proto, e.Port) }
@@ -366,27 +387,19 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// applyCounts adds the elements whose count goes from 0 to positive and deletes
-// those that drop to 0, returning the new counts (a copy when anything changed).
-func applyCounts(b *Batch, prev, delta map[netip.Addr]int, setName func(v1.IPFamily) string, pair bool) map[netip.Addr]int {
-	changed := false
-	for _, d := range delta {
-		if d != 0 {
-			changed = true
-		}
-	}
-	if !changed {
-		return prev
-	}
-	next := make(map[netip.Addr]int, len(prev)+len(delta))
-	for a, n := range prev {
-		next[a] = n
-	}
+// countElements adds the elements whose count goes from 0 to positive and
+// deletes those that drop to 0.
+func countElements(b *Batch, prev, delta map[netip.Addr]int, setName func(v1.IPFamily) string, pair bool) {
 	add := map[v1.IPFamily][]Element{}
 	del := map[v1.IPFamily][]Element{}
 	addrs := make([]netip.Addr, 0, len(delta))
-	for a := range delta {
-		addrs = append(addrs, a)
+	for a, d := range delta {
+		if d != 0 {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		return
 	}
 	sort.Slice(addrs, func(i, j int) bool { return addrs[i].Less(addrs[j]) })
 	for _, a := range addrs {
@@ -406,11 +419,6 @@ func applyCounts(b *Batch, prev, delta map[netip.Addr]int, setName func(v1.IPFam
 		case before > 0 && after <= 0:
 			del[f] = append(del[f], e)
 		}
-		if after > 0 {
-			next[a] = after
-		} else {
-			delete(next, a)
-		}
 	}
 	kind := SetAddrs
 	if pair {
@@ -421,5 +429,4 @@ func applyCounts(b *Batch, prev, delta map[netip.Addr]int, setName func(v1.IPFam
 		b.elements(OpDelElements, s, del[f])
 		b.elements(OpAddElements, s, add[f])
 	}
-	return next
 }

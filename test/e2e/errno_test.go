@@ -1,0 +1,10 @@
+//go:build e2e && linux
+
+package e2e
+
+import "syscall"
+
+const (
+	syscallECONNREFUSED = syscall.ECONNREFUSED
+	syscallSIGINT       = syscall.SIGINT
+)

@@ -1,0 +1,15 @@
+# Linux data plane (platform_linux): packet-level end-to-end suite and the
+# nftables benchmarks. Both need root (network namespaces).
+
+TEST_SUITES += test-e2e-linux
+BENCH_SUITES += bench-linux
+
+.PHONY: test-e2e-linux bench-linux
+
+test-e2e-linux:
+	$(GO) test -tags e2e -count=1 -timeout 10m -v ./test/e2e/ 2>&1 | grep -E '^(=== RUN|--- |\s+--- |PASS|FAIL|ok|\s+linux_test|\s+lab_test)' ; exit $${PIPESTATUS[0]}
+
+# Full sync at 1k/10k/30k Services x 10 endpoints, one endpoint change at 10k,
+# first-packet latency through a ClusterIP at 100 and 30k Services.
+bench-linux:
+	$(GO) test -run '^$$' -bench 'FullSync|EndpointChange|FirstPacket' -benchtime 3x -timeout 20m ./platform_linux/
