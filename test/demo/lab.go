@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -114,12 +115,24 @@ func inNS(ns string, args ...string) []string {
 	return append([]string{"ip", "netns", "exec", ns}, args...)
 }
 
-// ownNamespaces lists the network namespaces with the demo's prefix.
+// labNamespaces are the names of every namespace the lab creates.
+func labNamespaces() []string {
+	names := []string{Prefix + "lan", Prefix + "client"}
+	for _, n := range nodes {
+		names = append(names, n.Name)
+	}
+	for _, p := range pods {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
+// ownNamespaces lists the lab's network namespaces that exist now.
 func ownNamespaces() []string {
 	out, _ := sh("ip", "netns", "list")
 	var list []string
 	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], Prefix) {
+		if f := strings.Fields(line); len(f) > 0 && slices.Contains(labNamespaces(), f[0]) {
 			list = append(list, f[0])
 		}
 	}
