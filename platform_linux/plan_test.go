@@ -1,0 +1,78 @@
+package nft
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/crossproxy/crossproxy/core"
+)
+
+func TestPlanFullGolden(t *testing.T) {
+	rs := Build(testState(), Config{})
+	var aff string
+	for _, p := range rs.Ports {
+		if len(p.AffinitySets) > 0 {
+			aff = p.AffinitySets[0].Name
+		}
+	}
+	// A stale chain and set from an earlier state, and the kept affinity set.
+	b := PlanFull(rs, []string{"svc-OLD-default/gone/tcp/p80", "nat-prerouting"},
+		[]string{"frontends-v4", "aff-OLD", aff}, false)
+	golden(t, "plan-full.txt", b.Text())
+	if n := strings.Count(b.Text(), "add set inet crossproxy "+aff); n != 0 {
+		t.Errorf("an existing affinity set must be kept (entries live in it), not re-added")
+	}
+}
+
+func TestPlanFullRecreate(t *testing.T) {
+	b := PlanFull(Build(testState(), Config{}), []string{"x"}, []string{"y"}, true)
+	if !strings.HasPrefix(b.Text(), "add table inet crossproxy\ndelete table inet crossproxy\nadd table inet crossproxy\n") {
+		t.Errorf("recreate must start by replacing the table:\n%s", b.Text()[:200])
+	}
+	if strings.Contains(b.Text(), "delete chain") {
+		t.Error("nothing to delete one by one after the table is replaced")
+	}
+}
+
+// TestPlanPartial changes one port's endpoints, removes another and adds a
+// third, and checks the batch touches only those ports.
+func TestPlanPartial(t *testing.T) {
+	st := testState()
+	cfg := Config{}
+	prev := NewApplied(Build(st, cfg))
+
+	web := key("default", "web", "http", "TCP", "IPv4")
+	p := *st.Ports[web]
+	p.ClusterEndpoints = append(append([]core.Endpoint(nil), p.ClusterEndpoints...), ep("10.244.3.3", 8080, false))
+	gone := key("default", "dns", "dns", "UDP", "IPv4")
+	added := key("default", "new", "", "TCP", "IPv4")
+	np := *st.Ports[key("default", "empty", "", "TCP", "IPv4")]
+	np.Key = added
+	np.ClusterIP = p.ClusterIP // shares the ClusterIP of web: no new cluster-ips element
+	np.Frontends = []core.Frontend{fe(core.FrontendClusterIP, "10.96.0.10", 81)}
+	changes := map[core.PortKey]*PortObjects{
+		web:   BuildPort(&p, st.LocalDetect["IPv4"], cfg),
+		gone:  nil,
+		added: BuildPort(&np, st.LocalDetect["IPv4"], cfg),
+	}
+	plan := PlanPartial("crossproxy", prev, changes)
+	golden(t, "plan-partial.txt", plan.Batch.Text())
+	text := plan.Batch.Text()
+	for _, untouched := range []string{"shop/lb", "default/empty"} {
+		if strings.Contains(text, untouched) {
+			t.Errorf("partial plan touches %s:\n%s", untouched, text)
+		}
+	}
+	plan.Commit(prev)
+	if prev.Ports[gone] != nil || prev.Ports[added] == nil || prev.clusterIPs[p.ClusterIP] != 2 {
+		t.Errorf("commit did not record the plan: %+v", prev.clusterIPs)
+	}
+	if prev.hairpin[ep("10.244.1.9", 53, false).Addr] != 0 {
+		t.Error("endpoint of the removed port still counted")
+	}
+	// Nothing changed: an empty batch.
+	again := PlanPartial("crossproxy", prev, map[core.PortKey]*PortObjects{web: changes[web]})
+	if again.Batch.Len() != 0 {
+		t.Errorf("unchanged port produced commands:\n%s", again.Batch.Text())
+	}
+}
