@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/crossproxy/crossproxy/core"
 	"github.com/crossproxy/crossproxy/platform"
+	"github.com/crossproxy/crossproxy/platform/config"
 	"github.com/crossproxy/crossproxy/platform/debug"
 	"github.com/crossproxy/crossproxy/platform/explain"
 	"github.com/crossproxy/crossproxy/platform/kube"
@@ -31,6 +33,8 @@ func init() { addCommand(newExplainCommand) }
 // explainOptions is everything `crossproxy explain` is configured with.
 type explainOptions struct {
 	nodeName    string
+	configFile  string
+	changed     func(flag string) bool
 	output      string
 	manifests   []string
 	kubeconfig  string
@@ -67,6 +71,7 @@ Exit status: 0 when the four layers agree, 1 when a mismatch is found, 2 on erro
 	}
 	f := cmd.Flags()
 	f.StringVar(&eo.nodeName, "node", "", "the node to explain for (default: the host name)")
+	f.StringVar(&eo.configFile, "config", "", "the proxy's config file (KubeProxyConfiguration or CrossproxyConfiguration): core options, kubeconfig, node name and nftables table come from it; flags given explicitly win")
 	f.StringVarP(&eo.output, "output", "o", "text", "output format: text or json")
 	f.StringSliceVar(&eo.manifests, "manifests", nil, "read Service, EndpointSlice and Node objects from these files or directories instead of the API server")
 	f.StringVar(&eo.kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, else the in-cluster config)")
@@ -76,6 +81,7 @@ Exit status: 0 when the four layers agree, 1 when a mismatch is found, 2 on erro
 	f.StringVar(&eo.backend.NetNSPath, "netns", "", "Linux: read the rules of this network namespace (path such as /run/netns/NAME)")
 	f.StringVar(&eo.backend.NetworkName, "network-name", "", "Windows: the HNS network the load balancers attach to")
 	eo.coreOptions = addCoreOptionFlags(cmd)
+	eo.changed = cmd.Flags().Changed
 	return cmd
 }
 
@@ -118,7 +124,7 @@ func (eo *explainOptions) run(ctx context.Context, out io.Writer, arg string) er
 // local builds the report on this node: objects from the manifests or the API
 // server, layer 3 computed here, layer 4 read from the local data plane.
 func (eo *explainOptions) local(ctx context.Context, svc types.NamespacedName) (*explain.Report, error) {
-	opts, err := eo.coreOptions()
+	opts, err := eo.options()
 	if err != nil {
 		return nil, err
 	}
@@ -155,6 +161,33 @@ func (eo *explainOptions) local(ctx context.Context, svc types.NamespacedName) (
 	}
 	eo.readProgrammed(ctx, &in)
 	return explain.Build(in), nil
+}
+
+// options are the core options from the flags, or from the proxy's config
+// file with the flags given explicitly on top (as run merges them), so layer
+// 3 is computed as the proxy computes it. The config file also supplies the
+// kubeconfig, node name and nftables table unless their flags were given.
+func (eo *explainOptions) options() (core.Options, error) {
+	flagOpts, err := eo.coreOptions()
+	if err != nil || eo.configFile == "" {
+		return flagOpts, err
+	}
+	cfg, err := config.Load(eo.configFile, runtime.GOOS)
+	if err != nil {
+		return core.Options{}, err
+	}
+	mergeCoreFlags(&cfg.Core, flagOpts, eo.changed)
+	for flag, pair := range map[string][2]*string{
+		"kubeconfig":     {&eo.kubeconfig, &cfg.Kubeconfig},
+		"node":           {&eo.nodeName, &cfg.HostnameOverride},
+		"nftables-table": {&eo.backend.TableName, &cfg.Backend.TableName},
+		"network-name":   {&eo.backend.NetworkName, &cfg.Backend.NetworkName},
+	} {
+		if !eo.changed(flag) && *pair[1] != "" {
+			*pair[0] = *pair[1]
+		}
+	}
+	return cfg.Core, nil
 }
 
 // readProgrammed fills layer 4 from this node's data plane. A platform without

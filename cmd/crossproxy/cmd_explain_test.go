@@ -213,3 +213,42 @@ func TestExplainDebugURL(t *testing.T) {
 		t.Fatalf("exit %d, first mismatch %+v, want %q", code, rep.FirstMismatch, want)
 	}
 }
+
+func TestExplainConfigFile(t *testing.T) {
+	dir := writeManifests(t)
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	cfg := `apiVersion: crossproxy.io/v1alpha1
+kind: CrossproxyConfiguration
+hostnameOverride: n1
+ipFamilies: [IPv4]
+clusterCIDRs: [10.244.0.0/16]
+detectLocalMode: ClusterCIDR
+nftables:
+  table: ` + absentTable + "\n"
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code := runCLI(t, "explain", "default/web", "--manifests", dir, "--config", cfgPath, "-o", "json")
+	var rep explain.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("exit %d: %v\n%s", code, err, out)
+	}
+	// The node name and the families come from the file.
+	if code != 1 || rep.Node != "n1" || !rep.Computed.Available || strings.Join(rep.Computed.Families, ",") != "IPv4" {
+		t.Errorf("exit %d, node %q, computed %+v", code, rep.Node, rep.Computed)
+	}
+	// Flags given explicitly win over the file.
+	out, _ = runCLI(t, "explain", "default/web", "--manifests", dir, "--config", cfgPath, "--ip-families", "IPv4,IPv6", "-o", "json")
+	rep = explain.Report{}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Node != "n1" || strings.Join(rep.Computed.Families, ",") != "IPv4,IPv6" {
+		t.Errorf("--ip-families over the file: err %v, node %q, computed %+v", err, rep.Node, rep.Computed)
+	}
+	out, _ = runCLI(t, "explain", "default/web", "--manifests", dir, "--config", cfgPath, "--node", "n9", "-o", "json")
+	rep = explain.Report{}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Node != "n9" || rep.Computed.Available {
+		t.Errorf("--node over the file: err %v, node %q, computed %+v", err, rep.Node, rep.Computed)
+	}
+	if _, code := runCLI(t, "explain", "default/web", "--manifests", dir, "--config", filepath.Join(dir, "missing.yaml")); code != 2 {
+		t.Errorf("missing config file: exit %d, want 2", code)
+	}
+}
