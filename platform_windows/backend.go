@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/sirupsen/logrus"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/crossproxy/crossproxy/core"
@@ -63,6 +64,10 @@ type Backend struct {
 	synced       bool
 	retry        map[core.PortKey]struct{}
 	noticed      map[types.NamespacedName]map[string]string
+	// frontends are the last applied state's frontends per port, so
+	// Programmed can report a frontend without a load balancer as what HNS
+	// does with its traffic: drop it.
+	frontends map[core.PortKey][]platform.ProgrammedFrontend
 }
 
 var _ platform.Backend = (*Backend)(nil)
@@ -83,7 +88,8 @@ func New(h HNS, cfg Config, log logrus.FieldLogger) (*Backend, error) {
 		byIP:    map[netip.Addr]Endpoint{},
 		owned:   map[string]ownedLB{},
 		retry:   map[core.PortKey]struct{}{},
-		noticed: map[types.NamespacedName]map[string]string{},
+		noticed:   map[types.NamespacedName]map[string]string{},
+		frontends: map[core.PortKey][]platform.ProgrammedFrontend{},
 	}, nil
 }
 
@@ -130,6 +136,7 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 		list = append(list, k)
 	}
 	plan := PlanPorts(state, list, b.planOptions())
+	b.rememberFrontends(state, keys, full)
 	err := b.reconcile(ctx, plan, keys, full)
 	b.notify(state, plan.Notices, changes, keys, full)
 	return err
@@ -455,6 +462,25 @@ func (b *Backend) notify(state *core.NodeState, notices []Notice, changes core.C
 	}
 }
 
+// rememberFrontends records the frontends of the ports in scope.
+func (b *Backend) rememberFrontends(state *core.NodeState, scope map[core.PortKey]struct{}, full bool) {
+	if full {
+		clear(b.frontends)
+	}
+	for k := range scope {
+		p := state.Ports[k]
+		if p == nil {
+			delete(b.frontends, k)
+			continue
+		}
+		fs := make([]platform.ProgrammedFrontend, 0, len(p.Frontends))
+		for _, f := range p.Frontends {
+			fs = append(fs, platform.ProgrammedFrontend{Kind: f.Kind, Addr: f.Addr, Port: f.Port, Protocol: p.Protocol, Verdict: core.VerdictDrop})
+		}
+		b.frontends[k] = fs
+	}
+}
+
 // Programmed implements platform.Backend by reading the Service's load
 // balancers and their endpoints back from HNS.
 func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*platform.ProgrammedService, error) {
@@ -496,6 +522,26 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 			out.Frontends = append(out.Frontends, platform.ProgrammedFrontend{
 				Kind: o.Kind, Addr: vip, Port: lb.ExternalPort, Protocol: o.Protocol, Endpoints: dests,
 			})
+		}
+	}
+	// A frontend of the applied state that has no load balancer in HNS drops
+	// its traffic (HNS cannot reject): report it so.
+	type frontendKey struct {
+		ap    netip.AddrPort
+		proto v1.Protocol
+	}
+	found := map[frontendKey]bool{}
+	for _, f := range out.Frontends {
+		found[frontendKey{netip.AddrPortFrom(f.Addr, f.Port), f.Protocol}] = true
+	}
+	for k, fs := range b.frontends {
+		if k.Service != svc {
+			continue
+		}
+		for _, f := range fs {
+			if !found[frontendKey{netip.AddrPortFrom(f.Addr, f.Port), f.Protocol}] {
+				out.Frontends = append(out.Frontends, f)
+			}
 		}
 	}
 	sort.Slice(out.Frontends, func(i, j int) bool {

@@ -287,8 +287,30 @@ func TestProgrammedReadsHNS(t *testing.T) {
 		}
 	}
 	got, _ = r.backend.Programmed(context.Background(), p.Key.Service)
-	if len(got.Frontends) != 2 {
-		t.Fatalf("after deleting the NodePort load balancer in HNS: %+v", got.Frontends)
+	want.Frontends[1].Endpoints, want.Frontends[1].Verdict = nil, core.VerdictDrop
+	if !reflect.DeepEqual(got.Frontends, want.Frontends) {
+		t.Fatalf("after deleting the NodePort load balancer in HNS:\n got %+v\nwant %+v", got.Frontends, want.Frontends)
+	}
+}
+
+// TestProgrammedWithoutEndpoints: a Service without endpoints has no load
+// balancer; HNS drops its traffic, and Programmed says so (explain then shows
+// "computed rejects, programmed drops" next to the notice).
+func TestProgrammedWithoutEndpoints(t *testing.T) {
+	r := newRig(t, AllFeatures)
+	p := port("web", "10.96.0.10", nil)
+	r.sync(t, state(p), full())
+	got, err := r.backend.Programmed(context.Background(), p.Key.Service)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []platform.ProgrammedFrontend{{Kind: core.FrontendClusterIP, Addr: ip("10.96.0.10"), Port: 80, Protocol: "TCP", Verdict: core.VerdictDrop}}
+	if !reflect.DeepEqual(got.Frontends, want) || len(got.Notes) != 1 || !strings.HasPrefix(got.Notes[0], "RejectWithoutEndpoints: ") {
+		t.Fatalf("got %+v", got)
+	}
+	r.sync(t, state(), partial(p.Key))
+	if got, _ := r.backend.Programmed(context.Background(), p.Key.Service); len(got.Frontends) != 0 || len(got.Notes) != 0 {
+		t.Fatalf("after the Service went: %+v", got)
 	}
 }
 

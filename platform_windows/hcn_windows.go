@@ -21,19 +21,37 @@ type HCN struct{}
 
 var _ HNS = HCN{}
 
-// Features implements HNS from hcn's version-based feature table.
+// Features implements HNS from the HNS version and hcn's table of the
+// versions each feature needs. It asks HNS every time: hcn's own cached
+// query would remember a failure (HNS not started yet at boot) forever.
 func (HCN) Features(context.Context) (Features, error) {
-	f, err := hcn.GetCachedSupportedFeatures()
+	g, err := hcn.GetGlobals()
 	if err != nil {
-		return Features{}, fmt.Errorf("query HNS version: %w", err)
+		return Features{}, fmt.Errorf("query HNS version: %w", mapErr(err))
 	}
+	return featuresOf(g.Version), nil
+}
+
+// featuresOf says what an HNS version supports.
+func featuresOf(v hcn.Version) Features {
 	return Features{
-		DSR:                f.DSR,
-		IPv6DualStack:      f.IPv6DualStack,
-		ModifyLoadBalancer: f.ModifyLoadbalancer,
-		SessionAffinity:    f.SessionAffinity,
-		RemoteSubnet:       f.RemoteSubnet,
-	}, nil
+		DSR:                inRanges(v, hcn.DSRVersion),
+		IPv6DualStack:      inRanges(v, hcn.IPv6DualStackVersion),
+		ModifyLoadBalancer: inRanges(v, hcn.ModifyLoadbalancerVersion),
+		SessionAffinity:    inRanges(v, hcn.SessionAffinityVersion),
+		RemoteSubnet:       inRanges(v, hcn.RemoteSubnetVersion),
+	}
+}
+
+func inRanges(v hcn.Version, ranges hcn.VersionRanges) bool {
+	for _, r := range ranges {
+		above := v.Major > r.MinVersion.Major || (v.Major == r.MinVersion.Major && v.Minor >= r.MinVersion.Minor)
+		below := v.Major < r.MaxVersion.Major || (v.Major == r.MaxVersion.Major && v.Minor <= r.MaxVersion.Minor)
+		if above && below {
+			return true
+		}
+	}
+	return false
 }
 
 // GetNetwork implements HNS.

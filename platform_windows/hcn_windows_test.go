@@ -3,13 +3,18 @@
 package hns
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/Microsoft/hcsshim/hcn"
+	"github.com/sirupsen/logrus"
+
+	"github.com/crossproxy/crossproxy/core"
 )
 
 // TestHCNLoadBalancerRoundTrip: what crossproxy sends, serialised as HNS
@@ -78,5 +83,43 @@ func TestHCNErrorMapping(t *testing.T) {
 	other := errors.New("other")
 	if err := mapErr(other); err != other {
 		t.Fatalf("other errors pass through: %v", err)
+	}
+}
+
+// TestHCNBackendFailsCleanly drives the real hcn layer: under Wine (no HNS)
+// and on Windows (no such network) a sync must fail with an error that says
+// which step failed, never panic or touch anything.
+func TestHCNBackendFailsCleanly(t *testing.T) {
+	ledger := &MemoryLedger{}
+	b, err := New(HCN{}, Config{NetworkName: "crossproxy-test-no-such-network", Ledger: ledger}, logrus.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Sync(context.Background(), state(port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)})), core.Changes{Full: true})
+	if err == nil || !(strings.Contains(err.Error(), "detect HNS features") || strings.Contains(err.Error(), `get HNS network "crossproxy-test-no-such-network"`)) {
+		t.Fatalf("want a failure naming the step, got %v", err)
+	}
+	t.Logf("sync error (expected): %v", err)
+	if d, _ := ledger.Load(); len(d.LoadBalancers) != 0 {
+		t.Fatalf("ledger changed: %+v", d)
+	}
+}
+
+// TestHCNFeaturesOfVersion checks feature detection against hcn's version table.
+func TestHCNFeaturesOfVersion(t *testing.T) {
+	for _, c := range []struct {
+		v    hcn.Version
+		want Features
+	}{
+		{hcn.Version{Major: 9, Minor: 1}, Features{}},
+		{hcn.Version{Major: 9, Minor: 3}, Features{DSR: true, RemoteSubnet: true}},
+		{hcn.Version{Major: 10, Minor: 1}, Features{RemoteSubnet: true}}, // DSR came back in 10.2
+		{hcn.Version{Major: 12, Minor: 0}, Features{DSR: true, RemoteSubnet: true, IPv6DualStack: true, SessionAffinity: true}},
+		{hcn.Version{Major: 15, Minor: 3}, Features{DSR: true, RemoteSubnet: true, IPv6DualStack: true, SessionAffinity: true}},
+		{hcn.Version{Major: 15, Minor: 4}, AllFeatures},
+	} {
+		if got := featuresOf(c.v); got != c.want {
+			t.Errorf("HNS %d.%d: got %+v, want %+v", c.v.Major, c.v.Minor, got, c.want)
+		}
 	}
 }
