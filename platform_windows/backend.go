@@ -85,9 +85,9 @@ func New(h HNS, cfg Config, log logrus.FieldLogger) (*Backend, error) {
 	}
 	return &Backend{
 		hns: h, cfg: cfg, log: log,
-		byIP:    map[netip.Addr]Endpoint{},
-		owned:   map[string]ownedLB{},
-		retry:   map[core.PortKey]struct{}{},
+		byIP:      map[netip.Addr]Endpoint{},
+		owned:     map[string]ownedLB{},
+		retry:     map[core.PortKey]struct{}{},
 		noticed:   map[types.NamespacedName]map[string]string{},
 		frontends: map[core.PortKey][]platform.ProgrammedFrontend{},
 	}, nil
