@@ -24,34 +24,80 @@ type slicePort struct {
 	port     uint16
 }
 
-// candidate is one endpoint of a slice, valid or not, with its hints.
+// candidate is one endpoint of a slice, valid or not. It points into the
+// slice instead of copying names and hints, to keep the full computation lean.
 type candidate struct {
-	ep  Endpoint
-	raw string // the address as written
+	src   *discovery.Endpoint
+	slice string
+	addr  netip.Addr
 	// valid is false for an unusable endpoint; bad then says why.
-	valid bool
-	bad   *Exclusion
-	hints *epHints
+	valid                              bool
+	ready, serving, terminating, local bool
+	bad                                *Exclusion
 }
 
-// epHints are an endpoint's topology hints (kept apart: most endpoints have none).
-type epHints struct{ zones, nodes []string }
+// raw is the address as written in the slice.
+func (c *candidate) raw() string {
+	if len(c.src.Addresses) == 0 {
+		return ""
+	}
+	return c.src.Addresses[0]
+}
 
-func (h *epHints) zoneNames() []string {
-	if h == nil {
+func (c *candidate) nodeName() string { return deref(c.src.NodeName) }
+
+func (c *candidate) servingTerminating() bool { return c.serving && c.terminating }
+
+func (c *candidate) endpoint(port uint16) Endpoint {
+	return Endpoint{Addr: c.addr, Port: port, NodeName: deref(c.src.NodeName), Zone: deref(c.src.Zone),
+		Ready: c.ready, Serving: c.serving, Terminating: c.terminating, Local: c.local, Slice: c.slice}
+}
+
+// zoneHints and nodeHints list the endpoint's topology hints.
+func (c *candidate) zoneHints() []string {
+	if c.src.Hints == nil {
 		return nil
 	}
-	return h.zones
+	out := make([]string, 0, len(c.src.Hints.ForZones))
+	for _, z := range c.src.Hints.ForZones {
+		out = append(out, z.Name)
+	}
+	return out
 }
 
-func (h *epHints) nodeNames() []string {
-	if h == nil {
+func (c *candidate) nodeHints() []string {
+	if c.src.Hints == nil {
 		return nil
 	}
-	return h.nodes
+	out := make([]string, 0, len(c.src.Hints.ForNodes))
+	for _, n := range c.src.Hints.ForNodes {
+		out = append(out, n.Name)
+	}
+	return out
 }
 
-func (c *candidate) servingTerminating() bool { return c.ep.Serving && c.ep.Terminating }
+// hints reports how many zone and node hints the endpoint has and whether one
+// names zone or node.
+func (c *candidate) hints(zone, node string) (zones, nodes int, forZone, forNode bool) {
+	h := c.src.Hints
+	if h == nil {
+		return 0, 0, false, false
+	}
+	for _, z := range h.ForZones {
+		forZone = forZone || z.Name == zone
+	}
+	for _, n := range h.ForNodes {
+		forNode = forNode || n.Name == node
+	}
+	return len(h.ForZones), len(h.ForNodes), forZone, forNode
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
 
 // parseSlices validates a Service's slices once and splits them by family.
 // Slices of a family the node does not run, or that the Service has no
@@ -121,50 +167,35 @@ func parseSlice(e *env, info *svcInfo, s *discovery.EndpointSlice, fam v1.IPFami
 
 func parseEndpoint(e *env, info *svcInfo, s *discovery.EndpointSlice, i int, fam v1.IPFamily, sink problemSink) candidate {
 	ep := &s.Endpoints[i]
-	c := candidate{ep: Endpoint{Slice: s.Name}}
+	c := candidate{src: ep, slice: s.Name}
 	if len(ep.Addresses) == 0 {
 		sink.add(fmt.Sprintf("endpoints[%d].addresses", i), "empty; endpoint skipped")
 		c.bad = &Exclusion{Reason: ExcludedInvalid, Detail: fmt.Sprintf("endpoints[%d] in slice %s has no address", i, s.Name)}
 		return c
 	}
-	c.raw = ep.Addresses[0]
-	a, err := netip.ParseAddr(c.raw)
+	raw := ep.Addresses[0]
+	a, err := netip.ParseAddr(raw)
 	if err != nil {
-		a, err = netip.ParseAddr(strings.TrimSpace(c.raw))
+		a, err = netip.ParseAddr(strings.TrimSpace(raw))
 	}
 	field := func() string { return fmt.Sprintf("endpoints[%d].addresses[0]", i) }
 	switch {
 	case err != nil || a.Zone() != "" || a.Unmap().IsUnspecified():
-		sink.add(field(), "%q is not a usable IP address; endpoint skipped", c.raw)
-		c.bad = &Exclusion{Reason: ExcludedInvalid, Detail: fmt.Sprintf("%q in slice %s is not a usable IP address", c.raw, s.Name)}
+		sink.add(field(), "%q is not a usable IP address; endpoint skipped", raw)
+		c.bad = &Exclusion{Reason: ExcludedInvalid, Detail: fmt.Sprintf("%q in slice %s is not a usable IP address", raw, s.Name)}
 		return c
 	case familyOf(a) != fam:
-		sink.add(field(), "%s is not an %s address but the slice's addressType is %s; endpoint skipped", c.raw, fam, s.AddressType)
-		c.bad = &Exclusion{Reason: ExcludedWrongFamily, Detail: fmt.Sprintf("%s is not %s, the addressType of slice %s", c.raw, fam, s.Name)}
+		sink.add(field(), "%s is not an %s address but the slice's addressType is %s; endpoint skipped", raw, fam, s.AddressType)
+		c.bad = &Exclusion{Reason: ExcludedWrongFamily, Detail: fmt.Sprintf("%s is not %s, the addressType of slice %s", raw, fam, s.Name)}
 		return c
 	}
 	c.valid = true
-	c.ep.Addr = a.Unmap()
+	c.addr = a.Unmap()
 	cond := ep.Conditions
-	c.ep.Ready = info.publishAll || cond.Ready == nil || *cond.Ready
-	c.ep.Serving = cond.Serving == nil || *cond.Serving
-	c.ep.Terminating = cond.Terminating != nil && *cond.Terminating
-	if ep.NodeName != nil {
-		c.ep.NodeName = *ep.NodeName
-	}
-	if ep.Zone != nil {
-		c.ep.Zone = *ep.Zone
-	}
-	c.ep.Local = c.ep.NodeName != "" && c.ep.NodeName == e.node.Name
-	if ep.Hints != nil {
-		c.hints = &epHints{}
-		for _, z := range ep.Hints.ForZones {
-			c.hints.zones = append(c.hints.zones, z.Name)
-		}
-		for _, n := range ep.Hints.ForNodes {
-			c.hints.nodes = append(c.hints.nodes, n.Name)
-		}
-	}
+	c.ready = info.publishAll || cond.Ready == nil || *cond.Ready
+	c.serving = cond.Serving == nil || *cond.Serving
+	c.terminating = cond.Terminating != nil && *cond.Terminating
+	c.local = ep.NodeName != nil && *ep.NodeName != "" && *ep.NodeName == e.node.Name
 	return c
 }
 
@@ -172,12 +203,6 @@ func parseEndpoint(e *env, info *svcInfo, s *discovery.EndpointSlice, i int, fam
 type pick struct {
 	c    *candidate
 	port uint16
-}
-
-func (p pick) endpoint() Endpoint {
-	e := p.c.ep
-	e.Port = p.port
-	return e
 }
 
 // chooseEndpoints fills the endpoint sets, verdicts, topology and exclusions of sp.
@@ -200,9 +225,9 @@ func chooseEndpoints(e *env, info *svcInfo, sp *ServicePort, p svcPort, parsed [
 			c := &ps.eps[i]
 			switch {
 			case !c.valid:
-				excl = append(excl, Exclusion{Addr: c.raw, Port: port, Slice: ps.name, Set: SetAll, Reason: c.bad.Reason, Detail: c.bad.Detail})
+				excl = append(excl, Exclusion{Addr: c.raw(), Port: port, Slice: ps.name, Set: SetAll, Reason: c.bad.Reason, Detail: c.bad.Detail})
 			case port == 0:
-				excl = append(excl, Exclusion{Addr: c.raw, Slice: ps.name, Set: SetAll, Reason: ExcludedNoMatchingPort,
+				excl = append(excl, Exclusion{Addr: c.raw(), Slice: ps.name, Set: SetAll, Reason: ExcludedNoMatchingPort,
 					Detail: noPortDetail(p, ps)})
 			default:
 				picks = append(picks, pick{c: c, port: port})
@@ -213,20 +238,20 @@ func chooseEndpoints(e *env, info *svcInfo, sp *ServicePort, p svcPort, parsed [
 	// first (not terminating, then ready), then the earliest slice.
 	slices.SortStableFunc(picks, func(a, b pick) int {
 		return cmp.Or(
-			a.c.ep.Addr.Compare(b.c.ep.Addr),
+			a.c.addr.Compare(b.c.addr),
 			cmp.Compare(a.port, b.port),
-			boolFirst(!a.c.ep.Terminating, !b.c.ep.Terminating),
-			boolFirst(a.c.ep.Ready, b.c.ep.Ready),
+			boolFirst(!a.c.terminating, !b.c.terminating),
+			boolFirst(a.c.ready, b.c.ready),
 		)
 	})
 	kept := picks[:0]
 	for _, k := range picks {
 		if len(kept) > 0 {
 			last := kept[len(kept)-1]
-			if last.port == k.port && last.c.ep.Addr == k.c.ep.Addr {
-				excl = append(excl, Exclusion{Addr: k.c.raw, Port: k.port, Slice: k.c.ep.Slice, Set: SetAll, Reason: ExcludedDuplicate,
+			if last.port == k.port && last.c.addr == k.c.addr {
+				excl = append(excl, Exclusion{Addr: k.c.raw(), Port: k.port, Slice: k.c.slice, Set: SetAll, Reason: ExcludedDuplicate,
 					Detail: fmt.Sprintf("%s is also in slice %s, whose copy is used (non-terminating, then ready copies win)",
-						netip.AddrPortFrom(k.c.ep.Addr, k.port), last.c.ep.Slice)})
+						netip.AddrPortFrom(k.c.addr, k.port), last.c.slice)})
 				continue
 			}
 		}
@@ -236,8 +261,8 @@ func chooseEndpoints(e *env, info *svcInfo, sp *ServicePort, p svcPort, parsed [
 
 	anyReady, hasAny := false, false
 	for _, k := range picks {
-		anyReady = anyReady || k.c.ep.Ready
-		hasAny = hasAny || k.c.ep.Ready || k.c.servingTerminating()
+		anyReady = anyReady || k.c.ready
+		hasAny = hasAny || k.c.ready || k.c.servingTerminating()
 	}
 	clusterUsed := !info.itpLocal || info.external
 	localUsed := info.itpLocal || info.etpLocal
@@ -257,7 +282,7 @@ func chooseEndpoints(e *env, info *svcInfo, sp *ServicePort, p svcPort, parsed [
 		for i, k := range picks {
 			var x *Exclusion
 			switch {
-			case anyReady && !k.c.ep.Ready:
+			case anyReady && !k.c.ready:
 				x = unusedReason(k.c, true, "ready endpoints exist")
 			case anyReady:
 				x = topologyReason(k.c, mode, e.node)
@@ -265,7 +290,7 @@ func chooseEndpoints(e *env, info *svcInfo, sp *ServicePort, p svcPort, parsed [
 				x = unusedReason(k.c, false, "")
 			}
 			if x == nil {
-				sp.ClusterEndpoints = append(sp.ClusterEndpoints, k.endpoint())
+				sp.ClusterEndpoints = append(sp.ClusterEndpoints, k.c.endpoint(k.port))
 			} else {
 				x.Set = SetCluster
 				note(i, 0, x)
@@ -278,20 +303,20 @@ func chooseEndpoints(e *env, info *svcInfo, sp *ServicePort, p svcPort, parsed [
 	if localUsed {
 		localReady := false
 		for _, k := range picks {
-			localReady = localReady || (k.c.ep.Local && k.c.ep.Ready)
+			localReady = localReady || (k.c.local && k.c.ready)
 		}
 		for i, k := range picks {
 			var x *Exclusion
 			switch {
-			case !k.c.ep.Local:
-				x = &Exclusion{Reason: ExcludedOtherNode, Detail: otherNodeDetail(k.c.ep.NodeName, e.node.Name)}
-			case localReady && !k.c.ep.Ready:
+			case !k.c.local:
+				x = &Exclusion{Reason: ExcludedOtherNode, Detail: otherNodeDetail(k.c.nodeName(), e.node.Name)}
+			case localReady && !k.c.ready:
 				x = unusedReason(k.c, true, "ready local endpoints exist")
 			case !localReady && !k.c.servingTerminating():
 				x = unusedReason(k.c, false, "")
 			}
 			if x == nil {
-				sp.LocalEndpoints = append(sp.LocalEndpoints, k.endpoint())
+				sp.LocalEndpoints = append(sp.LocalEndpoints, k.c.endpoint(k.port))
 			} else {
 				x.Set = SetLocal
 				note(i, 1, x)
@@ -305,7 +330,7 @@ func chooseEndpoints(e *env, info *svcInfo, sp *ServicePort, p svcPort, parsed [
 		}
 		for _, w := range []*Exclusion{cw, lw} {
 			if w != nil {
-				w.Addr, w.Port, w.Slice = picks[i].c.raw, picks[i].port, picks[i].c.ep.Slice
+				w.Addr, w.Port, w.Slice = picks[i].c.raw(), picks[i].port, picks[i].c.slice
 				excl = append(excl, *w)
 			}
 		}
@@ -371,7 +396,7 @@ func unusedReason(c *candidate, readyMode bool, because string) *Exclusion {
 	switch {
 	case readyMode && c.servingTerminating():
 		return &Exclusion{Reason: ExcludedTerminating, Detail: "serving but terminating; not used while " + because}
-	case c.ep.Terminating:
+	case c.terminating:
 		return &Exclusion{Reason: ExcludedTerminating, Detail: "terminating and not serving"}
 	case readyMode:
 		return &Exclusion{Reason: ExcludedNotReady, Detail: "not ready"}
@@ -382,11 +407,12 @@ func unusedReason(c *candidate, readyMode bool, because string) *Exclusion {
 
 // topologyReason says why a ready endpoint is filtered out by hints, or nil.
 func topologyReason(c *candidate, mode string, node NodeInfo) *Exclusion {
+	_, _, forZone, forNode := c.hints(node.Zone, node.Name)
 	switch {
-	case mode == v1.ServiceTrafficDistributionPreferSameNode && !slices.Contains(c.hints.nodeNames(), node.Name):
-		return &Exclusion{Reason: ExcludedOtherNode, Detail: fmt.Sprintf("hint forNodes %v does not include this node %q", c.hints.nodeNames(), node.Name)}
-	case mode == v1.ServiceTrafficDistributionPreferSameZone && !slices.Contains(c.hints.zoneNames(), node.Zone):
-		return &Exclusion{Reason: ExcludedOtherZone, Detail: fmt.Sprintf("hint forZones %v does not include this node's zone %q", c.hints.zoneNames(), node.Zone)}
+	case mode == v1.ServiceTrafficDistributionPreferSameNode && !forNode:
+		return &Exclusion{Reason: ExcludedOtherNode, Detail: fmt.Sprintf("hint forNodes %v does not include this node %q", c.nodeHints(), node.Name)}
+	case mode == v1.ServiceTrafficDistributionPreferSameZone && !forZone:
+		return &Exclusion{Reason: ExcludedOtherZone, Detail: fmt.Sprintf("hint forZones %v does not include this node's zone %q", c.zoneHints(), node.Zone)}
 	}
 	return nil
 }
@@ -401,21 +427,22 @@ func topologyMode(picks []pick, node, zone string) (mode, note string) {
 	anyNodeHint, anyZoneHint, anyReady := false, false, false
 	for _, k := range picks {
 		c := k.c
-		if !c.ep.Ready {
+		if !c.ready {
 			continue
 		}
 		anyReady = true
-		if len(c.hints.nodeNames()) == 0 {
+		zones, nodes, fz, fn := c.hints(zone, node)
+		if nodes == 0 {
 			allNode = false
 		} else {
 			anyNodeHint = true
-			forNode = forNode || slices.Contains(c.hints.nodeNames(), node)
+			forNode = forNode || fn
 		}
-		if len(c.hints.zoneNames()) == 0 {
+		if zones == 0 {
 			allZone = false
 		} else {
 			anyZoneHint = true
-			forZone = forZone || slices.Contains(c.hints.zoneNames(), zone)
+			forZone = forZone || (fz && zone != "")
 		}
 	}
 	if !anyReady {

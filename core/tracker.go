@@ -320,6 +320,8 @@ func (t *Tracker) snapshot(track bool) (*NodeState, Changes) {
 		ports, owned = make(map[PortKey]*ServicePort, len(t.dirty)), true
 	}
 	var changed []PortKey
+	// Only a Tracker that has returned a state can be handed one back.
+	logChanges := track && t.state != nil
 	own := func() {
 		if owned {
 			return
@@ -364,7 +366,9 @@ func (t *Tracker) snapshot(track bool) (*NodeState, Changes) {
 				}
 				own()
 				ports[np.Key] = np
-				changed = append(changed, np.Key)
+				if logChanges {
+					changed = append(changed, np.Key)
+				}
 				if track {
 					ch.Ports[np.Key] = struct{}{}
 					ch.StaleUDP = append(ch.StaleUDP, staleUDP(op, np)...)
@@ -374,7 +378,9 @@ func (t *Tracker) snapshot(track bool) (*NodeState, Changes) {
 		for key, op := range oldPorts {
 			own()
 			delete(ports, key)
-			changed = append(changed, key)
+			if logChanges {
+				changed = append(changed, key)
+			}
 			if track {
 				ch.Ports[key] = struct{}{}
 				ch.StaleUDP = append(ch.StaleUDP, staleUDP(op, nil)...)
