@@ -55,10 +55,13 @@ func (in *fuzzInput) options() Options {
 func FuzzCompute(f *testing.F) {
 	f.Add([]byte(`{"Services":[{"metadata":{"namespace":"d","name":"s"},"spec":{"clusterIP":"10.0.0.1","ports":[{"port":80}]}}],` +
 		`"Slices":[{"metadata":{"namespace":"d","name":"s-1","labels":{"kubernetes.io/service-name":"s"}},"addressType":"IPv4","ports":[{"port":8080}],"endpoints":[{"addresses":["10.1.0.1"]}]}]}`))
+	f.Add([]byte("\x03\x01\x02\x01\x03\x02\x01\x00\x02\x01\x07\x03\x01\x01\x00\x01\x01\x04\x01\x02\x00\x01\x02\x03"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var in fuzzInput
 		if err := json.Unmarshal(data, &in); err != nil {
-			return
+			// Not JSON: build objects from the bytes instead, so every input
+			// means something.
+			in = objectsFromBytes(data)
 		}
 		if in.Node == nil {
 			in.Node = defaultNode()
@@ -177,4 +180,129 @@ func checkInvariants(t *testing.T, st *NodeState) {
 			t.Fatalf("%s: empty internal set without verdict", k)
 		}
 	}
+}
+
+// byteReader hands out fuzz bytes as small choices; zero once exhausted.
+type byteReader struct{ data []byte }
+
+func (r *byteReader) next() int {
+	if len(r.data) == 0 {
+		return 0
+	}
+	b := r.data[0]
+	r.data = r.data[1:]
+	return int(b)
+}
+
+func (r *byteReader) pick(n int) int { return r.next() % n }
+
+func (r *byteReader) str(pool ...string) string { return pool[r.pick(len(pool))] }
+
+func (r *byteReader) boolPtr() *bool {
+	switch r.pick(3) {
+	case 0:
+		return nil
+	case 1:
+		return ptr(true)
+	}
+	return ptr(false)
+}
+
+// objectsFromBytes builds Services and slices whose every field is chosen by
+// the fuzz bytes from small pools that include bad values.
+func objectsFromBytes(data []byte) fuzzInput {
+	r := &byteReader{data: data}
+	var in fuzzInput
+	in.Options.IPFamilies = [][]v1.IPFamily{nil, {v1.IPv4Protocol}, {v1.IPv6Protocol}, {v1.IPv4Protocol, v1.IPv6Protocol}}[r.pick(4)]
+	in.Options.NodePortAddresses = [][]string{nil, {"primary"}, {"192.168.0.0/16"}, {"fd00::/8", "primary"}}[r.pick(4)]
+	in.Options.ClusterCIDRs = [][]string{nil, {"10.0.0.0/8"}, {"10.0.0.0/8", "fd00::/8"}}[r.pick(3)]
+	in.Options.MasqueradeAll = r.pick(2) == 1
+	names := []string{"a", "b", "c"}
+	ips := []string{"10.0.0.1", "10.0.0.2", "fd00::1", "fd00::2", "None", "", "bad", "10.0.0.1"}
+	for range r.pick(4) {
+		s := testService(r.str(names...))
+		s.Spec.Type = []v1.ServiceType{v1.ServiceTypeClusterIP, v1.ServiceTypeNodePort, v1.ServiceTypeLoadBalancer, v1.ServiceTypeExternalName}[r.pick(4)]
+		s.Spec.ClusterIPs = nil
+		for range r.pick(3) {
+			s.Spec.ClusterIPs = append(s.Spec.ClusterIPs, r.str(ips...))
+		}
+		s.Spec.ClusterIP = ""
+		if len(s.Spec.ClusterIPs) > 0 {
+			s.Spec.ClusterIP = s.Spec.ClusterIPs[0]
+		}
+		s.Spec.Ports = nil
+		for range r.pick(4) {
+			s.Spec.Ports = append(s.Spec.Ports, v1.ServicePort{
+				Name:     r.str("", "http", "dns"),
+				Protocol: v1.Protocol(r.str("TCP", "UDP", "SCTP", "", "ICMP")),
+				Port:     int32([]int{80, 53, 0, 70000, 65535}[r.pick(5)]),
+				NodePort: int32([]int{0, 30000, -1, 70000}[r.pick(4)]),
+			})
+		}
+		if r.pick(2) == 1 {
+			s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+			s.Spec.HealthCheckNodePort = int32(r.pick(3) * 20000)
+		}
+		if r.pick(2) == 1 {
+			s.Spec.InternalTrafficPolicy = ptr(v1.ServiceInternalTrafficPolicyLocal)
+		}
+		for range r.pick(3) {
+			s.Spec.ExternalIPs = append(s.Spec.ExternalIPs, r.str("203.0.113.1", "2001:db8::1", "nope"))
+			s.Spec.LoadBalancerSourceRanges = append(s.Spec.LoadBalancerSourceRanges, r.str("203.0.113.0/24", "0.0.0.0/0", "::/0", "x"))
+			s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, v1.LoadBalancerIngress{IP: r.str("198.51.100.1", "", "2001:db8::2", "?"),
+				IPMode: []*v1.LoadBalancerIPMode{nil, ptr(v1.LoadBalancerIPModeProxy), ptr(v1.LoadBalancerIPModeVIP)}[r.pick(3)]})
+		}
+		if r.pick(2) == 1 {
+			s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+			if r.pick(2) == 1 {
+				s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptr(int32(r.next() - 10))}}
+			}
+		}
+		s.Spec.PublishNotReadyAddresses = r.pick(4) == 0
+		if r.pick(4) == 0 {
+			s.Labels = map[string]string{LabelServiceProxyName: ""}
+		}
+		in.Services = append(in.Services, s)
+	}
+	for range r.pick(5) {
+		sl := testSlice(r.str("a-1", "a-2", "b-1", "c-1"), r.str(names...))
+		sl.AddressType = discovery.AddressType(r.str("IPv4", "IPv6", "FQDN", "x"))
+		switch r.pick(5) {
+		case 0:
+			sl.Labels = nil
+		case 1:
+			sl.Labels[LabelHeadless] = ""
+		}
+		sl.Ports = nil
+		for range r.pick(3) {
+			p := discovery.EndpointPort{Name: []*string{nil, ptr("http"), ptr("dns")}[r.pick(3)],
+				Protocol: []*v1.Protocol{nil, ptr(v1.ProtocolUDP), ptr(v1.Protocol("GRE"))}[r.pick(3)]}
+			if r.pick(4) != 0 {
+				p.Port = ptr(int32([]int{8080, 0, 70000, 53}[r.pick(4)]))
+			}
+			sl.Ports = append(sl.Ports, p)
+		}
+		for range r.pick(5) {
+			e := discovery.Endpoint{
+				NodeName:   []*string{nil, ptr("n1"), ptr("n2")}[r.pick(3)],
+				Zone:       []*string{nil, ptr("a"), ptr("b")}[r.pick(3)],
+				Conditions: discovery.EndpointConditions{Ready: r.boolPtr(), Serving: r.boolPtr(), Terminating: r.boolPtr()},
+			}
+			if r.pick(5) != 0 {
+				e.Addresses = []string{r.str("10.1.0.1", "10.1.0.2", "fd00:1::1", "0.0.0.0", "x", "::ffff:10.1.0.3")}
+			}
+			if r.pick(3) == 0 {
+				e.Hints = &discovery.EndpointHints{}
+				for range r.pick(3) {
+					e.Hints.ForZones = append(e.Hints.ForZones, discovery.ForZone{Name: r.str("a", "b", "")})
+				}
+				for range r.pick(3) {
+					e.Hints.ForNodes = append(e.Hints.ForNodes, discovery.ForNode{Name: r.str("n1", "n2")})
+				}
+			}
+			sl.Endpoints = append(sl.Endpoints, e)
+		}
+		in.Slices = append(in.Slices, sl)
+	}
+	return in
 }
