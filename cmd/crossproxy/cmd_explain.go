@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -238,7 +238,8 @@ func fromManifests(paths []string, svc types.NamespacedName, nodeName string) (*
 	return obj, slices, node, nil
 }
 
-// fromAPIServer gets the Service, lists its slices by label and gets the Node.
+// fromAPIServer lists the Service and the Node by name and the slices by
+// label: the proxy's RBAC grants list, not get, so its kubeconfig works here too.
 func (eo *explainOptions) fromAPIServer(ctx context.Context, svc types.NamespacedName) (*v1.Service, []*discovery.EndpointSlice, *v1.Node, error) {
 	cfg, err := kube.ClientConfig(eo.kubeconfig, 0, 0)
 	if err != nil {
@@ -248,12 +249,13 @@ func (eo *explainOptions) fromAPIServer(ctx context.Context, svc types.Namespace
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	obj, err := client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		obj, err = nil, nil
-	case err != nil:
-		return nil, nil, nil, fmt.Errorf("get service %s: %w", svc, err)
+	svcs, err := client.CoreV1().Services(svc.Namespace).List(ctx, metav1.ListOptions{FieldSelector: byName(svc.Name)})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("list service %s: %w", svc, err)
+	}
+	var obj *v1.Service
+	if len(svcs.Items) > 0 {
+		obj = &svcs.Items[0]
 	}
 	sel := labels.SelectorFromSet(labels.Set{discovery.LabelServiceName: svc.Name}).String()
 	list, err := client.DiscoveryV1().EndpointSlices(svc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
@@ -264,12 +266,16 @@ func (eo *explainOptions) fromAPIServer(ctx context.Context, svc types.Namespace
 	for i := range list.Items {
 		slices = append(slices, &list.Items[i])
 	}
-	node, err := client.CoreV1().Nodes().Get(ctx, eo.nodeName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return obj, slices, nil, nil
-	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: byName(eo.nodeName)})
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("get node %s: %w", eo.nodeName, err)
+		return nil, nil, nil, fmt.Errorf("list node %s: %w", eo.nodeName, err)
+	}
+	var node *v1.Node
+	if len(nodes.Items) > 0 {
+		node = &nodes.Items[0]
 	}
 	return obj, slices, node, nil
 }
+
+// byName is the field selector of one object name.
+func byName(name string) string { return fields.OneTermEqualSelector("metadata.name", name).String() }

@@ -35,6 +35,7 @@ import (
 type demo struct {
 	crossproxy string
 	echo       string
+	rbac       string
 	mode       string
 	keep       bool
 
@@ -53,6 +54,7 @@ func main() {
 	d := &demo{proxies: map[*node]*process{}, debugURL: map[*node]string{}, started: time.Now()}
 	flag.StringVar(&d.crossproxy, "crossproxy", "bin/crossproxy", "the crossproxy binary")
 	flag.StringVar(&d.echo, "echo", "bin/xpd-echo", "the echo server/client binary (test/demo/echo)")
+	flag.StringVar(&d.rbac, "rbac", "installer/linux/rbac.yaml", "the RBAC manifest the proxies' identity gets")
 	flag.StringVar(&d.mode, "mode", "auto", "how the proxies get their objects: kube (--kubeconfig), manifests (--manifests) or auto")
 	flag.BoolVar(&d.keep, "keep", os.Getenv("KEEP") == "1", "keep the lab running until Ctrl-C (also KEEP=1)")
 	flag.Parse()
@@ -116,11 +118,19 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.kubeconfig = filepath.Join(d.dir, "kubeconfig")
-	if err := d.server.WriteKubeconfig(d.kubeconfig, harness.AdminUser); err != nil {
+	client, err := kubernetes.NewForConfig(d.server.AdminConfig())
+	if err != nil {
 		return err
 	}
-	say("ready at %s in %s; kubeconfig %s", d.server.URL, time.Since(t).Round(100*time.Millisecond), d.kubeconfig)
+	if err := applyRBAC(ctx, client, d.rbac); err != nil {
+		return err
+	}
+	d.kubeconfig = filepath.Join(d.dir, "kubeconfig")
+	if err := d.server.WriteKubeconfig(d.kubeconfig, harness.CrossproxyUser); err != nil {
+		return err
+	}
+	say("ready at %s in %s", d.server.URL, time.Since(t).Round(100*time.Millisecond))
+	say("applied %s; the proxies (and explain) use its ServiceAccount kube-system/crossproxy: %s", d.rbac, d.kubeconfig)
 
 	step("building the lab network (network namespaces %s*)", Prefix)
 	if err := buildNetwork(); err != nil {
@@ -439,7 +449,7 @@ func (d *demo) explainBroken() {
 	}
 	say("$ crossproxy %s", strings.Join(args, " "))
 	cmd := exec.Command(d.crossproxy, args...)
-	out, err := cmd.Output()
+	out, err := cmd.CombinedOutput()
 	for _, l := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
 		say("  %s", l)
 	}

@@ -3,17 +3,25 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 )
 
@@ -162,6 +170,62 @@ func apply(ctx context.Context, c kubernetes.Interface, list []*sample) error {
 		}
 	}
 	return nil
+}
+
+// applyRBAC creates the ServiceAccount, ClusterRole and ClusterRoleBinding
+// that installer/linux/rbac.yaml ships, so the proxies run with exactly the
+// rights a real installation grants them.
+func applyRBAC(ctx context.Context, c kubernetes.Interface, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read RBAC manifest: %w", err)
+	}
+	data = bytes.ReplaceAll(data, []byte("@VERSION@"), []byte("demo"))
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kube-system"}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace kube-system: %w", err)
+	}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for i := 0; ; i++ {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s document %d: %w", path, i, err)
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		if err != nil {
+			return fmt.Errorf("%s document %d: %w", path, i, err)
+		}
+		switch o := obj.(type) {
+		case *v1.ServiceAccount:
+			_, err = c.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRole:
+			_, err = c.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRoleBinding:
+			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+		default:
+			err = fmt.Errorf("unexpected kind %T", obj)
+		}
+		if err != nil {
+			return fmt.Errorf("%s document %d: %w", path, i, err)
+		}
+	}
+}
+
+// stripComments drops YAML comment lines.
+func stripComments(doc []byte) []byte {
+	var out []byte
+	for _, line := range bytes.Split(doc, []byte("\n")) {
+		if !bytes.HasPrefix(bytes.TrimSpace(line), []byte("#")) {
+			out = append(append(out, line...), '\n')
+		}
+	}
+	return out
 }
 
 // writeManifests writes the same objects as YAML files for standalone mode.
