@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -478,6 +479,40 @@ func (d *demo) explainBroken() {
 	d.check(ok, "node b's proxy reports all four layers agree for web (%v)", errOr(err, rep))
 }
 
+// syncID returns the number of the proxy's last successful sync (from the
+// debug endpoint's /debug/state header).
+func (d *demo) syncID(ctx context.Context, n *node) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, d.debugURL[n]+debug.StatePath, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	resp.Body.Close()
+	return resp.Header.Get("X-Crossproxy-Sync"), nil
+}
+
+// waitNextSync returns once the proxy of n has finished another sync.
+func (d *demo) waitNextSync(ctx context.Context, n *node) error {
+	first, err := d.syncID(ctx, n)
+	if err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(2 * syncPeriod); time.Now().Before(deadline); {
+		if id, err := d.syncID(ctx, n); err == nil && id != first {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("no sync within %s", 2*syncPeriod)
+}
+
 // syncPeriod is the proxies' full-sync period: short, so the demo can show a
 // full sync repairing what was changed behind the proxy's back.
 const syncPeriod = 10 * time.Second
@@ -486,6 +521,13 @@ const syncPeriod = 10 * time.Second
 // explain naming it from the kernel's rules, then waits for the periodic full
 // sync to put it back.
 func (d *demo) tamper(ctx context.Context) {
+	// Start right after a periodic full sync, so none repairs the rule
+	// before explain has looked.
+	say("waiting for node b's next periodic full sync, so the change stays in place while we look")
+	if err := d.waitNextSync(ctx, nodeB); err != nil {
+		d.check(false, "next sync of %s: %v", nodeB.Name, err)
+		return
+	}
 	elem := fmt.Sprintf("{ %s . tcp . 30080 }", nodeB.V4)
 	args := inNS(nodeB.Name, "nft", "delete", "element", "inet", "crossproxy", "frontends-v4", elem)
 	say("$ %s", strings.Join(args, " "))
