@@ -43,7 +43,7 @@ func nftIn(t testing.TB, ns string, args ...string) string {
 func newTestBackend(t testing.TB, ns string) *Backend {
 	t.Helper()
 	log := logrus.New()
-	log.SetLevel(logrus.WarnLevel)
+	log.SetLevel(logrus.ErrorLevel)
 	b, err := New(platform.BackendConfig{NetNSPath: "/run/netns/" + ns, LocalhostNodePorts: true}, log)
 	if err != nil {
 		t.Fatal(err)

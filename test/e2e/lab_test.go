@@ -152,6 +152,8 @@ func newLab(t *testing.T) *lab {
 		run(t, "ip", "-n", ext, "route", "add", r, "via", nodeV4)
 	}
 	run(t, "ip", "-n", ext, "-6", "route", "add", "fd00:96::/64", "via", nodeV6)
+	// The node's own processes reach ClusterIPs through the pod bridge.
+	run(t, "ip", "-n", node, "route", "add", "10.96.0.0/12", "dev", "br0")
 
 	for _, b := range backends {
 		l.startEcho(b.name)
@@ -219,6 +221,7 @@ func (l *lab) startProxy() {
 		"--manifest-poll-interval", "100ms",
 		"--min-sync-period", "50ms",
 		"--sync-period", "4s",
+		"--localhost-nodeports",
 		"--log-level", "debug")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {

@@ -110,6 +110,28 @@ func TestLinuxDataPlane(t *testing.T) {
 		}
 	})
 
+	t.Run("ClusterIPFromOutsideIsMasqueraded", func(t *testing.T) {
+		r, err := tcp(ext, "", hostPort("10.96.0.10", 80), 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Source != bridgeV4 {
+			t.Errorf("ClusterIP from outside the cluster: server saw %s, want the node's address %s", r.Source, bridgeV4)
+		}
+	})
+
+	t.Run("FromTheNodeItself", func(t *testing.T) {
+		for _, dst := range []string{hostPort("10.96.0.10", 80), hostPort("127.0.0.1", 30080), hostPort(nodeV4, 30080)} {
+			if r, err := tcp(l.ns("node"), "", dst, 2*time.Second); err != nil || !strings.HasPrefix(r.Backend, "b") {
+				t.Errorf("node process to %s: %+v %v", dst, r, err)
+			}
+		}
+		out, err := exec.Command("ip", "netns", "exec", l.ns("node"), "sysctl", "-n", "net.ipv4.conf.all.route_localnet").Output()
+		if err != nil || strings.TrimSpace(string(out)) != "1" {
+			t.Errorf("route_localnet = %q (%v), --localhost-nodeports needs 1", out, err)
+		}
+	})
+
 	t.Run("NodePortOnlyOnSelectedAddresses", func(t *testing.T) {
 		// The bridge address is not in --nodeport-addresses: nothing answers there.
 		if r, err := tcp(c1, "", hostPort(bridgeV4, 30080), time.Second); err == nil {
