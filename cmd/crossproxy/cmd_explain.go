@@ -147,7 +147,15 @@ func (eo *explainOptions) local(ctx context.Context, svc types.NamespacedName) (
 	if err != nil {
 		return nil, err
 	}
-	in := explain.Input{Service: svc, NodeName: eo.nodeName, Object: obj, Slices: slices}
+	from, with := "the API server", "the options given"
+	if len(eo.manifests) > 0 {
+		from = "the manifests"
+	}
+	if eo.configFile != "" {
+		with = "the options of " + eo.configFile + " and the flags given"
+	}
+	in := explain.Input{Service: svc, NodeName: eo.nodeName, Object: obj, Slices: slices,
+		StateSource: fmt.Sprintf("computed by explain from %s with %s", from, with)}
 	if node == nil {
 		in.StateUnavailable = fmt.Sprintf("node %q not found", eo.nodeName)
 	} else {

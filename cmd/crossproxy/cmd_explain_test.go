@@ -110,6 +110,7 @@ func TestExplainManifestsNamesFirstMismatch(t *testing.T) {
 		t.Fatalf("first mismatch %+v, want layer 2 %q", rep.FirstMismatch, want)
 	}
 	if !rep.Computed.Available || rep.Computed.Zone != "a" || len(rep.Computed.Ports) != 1 ||
+		rep.Computed.Source != "computed by explain from the manifests with the options given" ||
 		rep.Computed.Ports[0].Frontends[0].Verdict != "reject" {
 		t.Errorf("computed layer: %+v", rep.Computed)
 	}

@@ -147,6 +147,7 @@ func TestHandlerServesTheProxysView(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !rep.OK() || !rep.Declared.Found || len(rep.Published.Slices) != 1 || len(rep.Computed.Ports) != 1 ||
+		rep.Computed.Source != "the running proxy's last successful sync (1)" ||
 		rep.Programmed.Backend != "fake" || len(rep.Programmed.Frontends) != 1 {
 		t.Fatalf("after sync: %+v", rep)
 	}

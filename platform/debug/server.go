@@ -71,11 +71,11 @@ func (h *Handler) Report(ctx context.Context, svc types.NamespacedName) *explain
 	if h.Objects != nil {
 		in.Object, in.Slices = h.Objects.Objects(svc)
 	}
-	st, _ := h.lastState()
+	st, id := h.lastState()
 	if st == nil {
 		in.StateUnavailable = "the proxy has not finished its first sync"
 	}
-	in.State = st
+	in.State, in.StateSource = st, fmt.Sprintf("the running proxy's last successful sync (%d)", id)
 	if h.Backend == nil {
 		in.ProgrammedUnavailable = "the proxy runs without a data plane"
 	} else {

@@ -213,7 +213,7 @@ func computed(in *Input) Computed {
 		return Computed{Unavailable: why, Node: in.NodeName}
 	}
 	st := in.State
-	c := Computed{Available: true, Node: st.Node.Name, Zone: st.Node.Zone}
+	c := Computed{Available: true, Source: in.StateSource, Node: st.Node.Name, Zone: st.Node.Zone}
 	if c.Node == "" {
 		c.Node = in.NodeName
 	}

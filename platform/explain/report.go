@@ -64,6 +64,10 @@ type Input struct {
 	// nil when it is unavailable, with StateUnavailable saying why.
 	State            *core.NodeState
 	StateUnavailable string
+	// StateSource says where State came from ("computed by explain from the
+	// API server", "the running proxy's sync 12"), so a reader knows whose
+	// decisions layer 3 shows.
+	StateSource string
 	// Programmed is what the data plane holds; nil when it could not be read,
 	// with ProgrammedUnavailable saying why. ProgrammedFailed marks a read
 	// that failed on a platform that has a data plane (no table, no
@@ -169,6 +173,7 @@ type SliceEndpoint struct {
 type Computed struct {
 	Available   bool           `json:"available"`
 	Unavailable string         `json:"unavailable,omitempty"`
+	Source      string         `json:"source,omitempty"`
 	Node        string         `json:"node,omitempty"`
 	Zone        string         `json:"zone,omitempty"`
 	Families    []string       `json:"families,omitempty"`

@@ -180,6 +180,9 @@ func (r *Report) textComputed(p printer) {
 		return
 	}
 	p(0, "3. computed for node %s (families %s)", orDash(c.Node), listOrDash(c.Families))
+	if c.Source != "" {
+		p(1, "source: %s", c.Source)
+	}
 	if len(c.Ports) == 0 {
 		p(1, "no ports")
 	}
