@@ -66,6 +66,26 @@ func TestBackendFullAndPartialSync(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, got)
 		}
 	}
+	// Empty-set verdicts read back: reject without endpoints, drop for a
+	// Local policy without a local endpoint.
+	empty, err := b.Programmed(ctx, types.NamespacedName{Namespace: "default", Name: "empty"})
+	if err != nil || len(empty.Frontends) != 1 || empty.Frontends[0].Verdict != core.VerdictReject {
+		t.Errorf("default/empty should read back as reject: %+v %v", empty, err)
+	}
+	lb, err := b.Programmed(ctx, types.NamespacedName{Namespace: "shop", Name: "lb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range lb.Frontends {
+		want := core.VerdictDrop
+		if f.Kind == core.FrontendClusterIP {
+			want = core.VerdictNone
+		}
+		if f.Verdict != want {
+			t.Errorf("shop/lb %s: verdict %q, want %q (%+v)", f.Kind, f.Verdict, want, f)
+		}
+	}
+
 	// One endpoint more for default/web http v4: a partial sync.
 	k := key("default", "web", "http", "TCP", "IPv4")
 	p := *st.Ports[k]
@@ -92,8 +112,8 @@ func TestBackendFullAndPartialSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(prog.Frontends) != 5 {
-		t.Fatalf("want 5 frontends of default/web, got %+v", prog.Frontends)
+	if len(prog.Frontends) != 4 || len(prog.Notes) != 1 {
+		t.Fatalf("want 4 frontends and a localhost NodePort note for default/web, got %+v %v", prog.Frontends, prog.Notes)
 	}
 	for _, f := range prog.Frontends {
 		if len(f.Endpoints) == 0 {

@@ -64,10 +64,18 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 				return nil, err
 			}
 			pf.Endpoints, pf.Verdict = eps, verdict
-			out.Frontends = append(out.Frontends, pf)
 			fronts[frontendKey{proto, netip.AddrPortFrom(addr, port)}] = true
+			if addr.IsLoopback() {
+				// --localhost-nodeports frontends are the backend's own
+				// addition; the computed state has no such frontend.
+				out.Notes = append(out.Notes, fmt.Sprintf("localhost NodePort %s/%s (--localhost-nodeports) -> %v",
+					netip.AddrPortFrom(addr, port), pf.Protocol, eps))
+				continue
+			}
+			out.Frontends = append(out.Frontends, pf)
 		}
 	}
+	sort.Strings(out.Notes)
 	if !found {
 		return nil, fmt.Errorf("table inet %s has no frontend map: not programmed", t.Name)
 	}

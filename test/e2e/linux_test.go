@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -347,6 +348,31 @@ func TestLinuxDataPlane(t *testing.T) {
 		}
 		if ok.Load() < 20 {
 			t.Errorf("only %d connections made", ok.Load())
+		}
+	})
+
+	t.Run("ExplainReadsTheKernel", func(t *testing.T) {
+		// An open UDP flow shows up as a live connection.
+		u, err := dialUDP(c1, hostPort("10.96.0.10", 53))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u.Close()
+		if _, err := u.ask(2 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"default/web", "default/lb", "default/local", "default/remote", "default/aff"} {
+			out, err := exec.Command("ip", "netns", "exec", l.ns("node"), l.bin, "explain", name,
+				"--manifests", filepath.Join(l.dir, "manifests"), "--node", nodeName,
+				"--cluster-cidr", "10.244.0.0/16,fd00:244::/56", "--ip-families", "IPv4,IPv6",
+				"--nodeport-addresses", "192.168.50.0/24,fd00:50::/64").CombinedOutput()
+			if err != nil {
+				t.Errorf("explain %s: the programmed rules read back from the kernel differ from the computed state (%v):\n%s", name, err, out)
+				continue
+			}
+			if name == "default/web" && !strings.Contains(string(out), clientV4) {
+				t.Errorf("explain %s does not list the live UDP flow from %s:\n%s", name, clientV4, out)
+			}
 		}
 	})
 
