@@ -203,13 +203,13 @@ func (b *Backend) apply(batch *Batch) error {
 		if len(msgs)-2 != len(batch.Ops) || i < 0 || i >= len(batch.Ops) {
 			return fmt.Sprintf("command %d", i)
 		}
-		return describeOp(batch.Ops[i])
+		return describeOp(batch.Table, batch.Ops[i])
 	}
 	return sendBatch(b.ns, msgs, describe)
 }
 
-func describeOp(op Op) string {
-	one := &Batch{Ops: []Op{op}}
+func describeOp(table string, op Op) string {
+	one := &Batch{Table: table, Ops: []Op{op}}
 	if op.Kind == OpAddElements || op.Kind == OpDelElements {
 		return fmt.Sprintf("%s %d elements of set %s", map[OpKind]string{OpAddElements: "add", OpDelElements: "delete"}[op.Kind], len(op.Elements), op.Set.Name)
 	}

@@ -150,3 +150,31 @@ func TestBackendFullAndPartialSync(t *testing.T) {
 		t.Errorf("cleanup left:\n%s", out)
 	}
 }
+
+// TestFailedBatchChangesNothing sends a batch whose last command the kernel
+// refuses: the error names that command, and nothing of the batch is in force.
+func TestFailedBatchChangesNothing(t *testing.T) {
+	ns := testNS(t)
+	b := newTestBackend(t, ns)
+	ctx := context.Background()
+	if err := b.Sync(ctx, testState(), core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	before := nftIn(t, ns, "list", "table", "inet", "crossproxy")
+	web := b.applied.Ports[key("default", "web", "http", "TCP", "IPv4")].Chains[0]
+	bad := &Batch{Table: "crossproxy", Ops: []Op{
+		{Kind: OpFlushChain, Chain: web},
+		{Kind: OpAddChain, Chain: &Chain{Name: "half-written"}},
+		{Kind: OpAddRule, Chain: web, Rule: Rule{Verdict{Kind: "goto", Chain: "no-such-chain"}}},
+	}}
+	err := b.apply(bad)
+	if err == nil {
+		t.Fatal("the kernel accepted a goto to a missing chain")
+	}
+	if !strings.Contains(err.Error(), "add rule inet crossproxy "+web.Name+" goto no-such-chain") {
+		t.Errorf("error does not name the refused command: %v", err)
+	}
+	if after := nftIn(t, ns, "list", "table", "inet", "crossproxy"); after != before {
+		t.Errorf("a refused batch changed the table:\n%s", after)
+	}
+}
