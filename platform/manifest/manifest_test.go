@@ -85,7 +85,7 @@ func TestLoadErrorsNameFileDocumentAndField(t *testing.T) {
 			data: "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: eighty}]}\n",
 			want: "document 1 (Service)",
 		},
-		"no kind": {data: "metadata: {name: s}\n", want: "document 1: field kind: missing"},
+		"no kind":  {data: "metadata: {name: s}\n", want: "document 1: field kind: missing"},
 		"bad yaml": {data: "kind: [\n", want: "document 1"},
 	} {
 		t.Run(name, func(t *testing.T) {
