@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -60,9 +61,12 @@ type Source struct {
 	ResyncPeriod time.Duration
 	Log          logrus.FieldLogger
 
+	once     sync.Once
 	synced   chan struct{}
 	services atomic.Pointer[cache.Indexer]
 }
+
+func (s *Source) init() { s.once.Do(func() { s.synced = make(chan struct{}) }) }
 
 // Selectors returns the label selector for Services and EndpointSlices:
 // exactly this proxy's name label (or no such label) and not headless.
@@ -90,7 +94,7 @@ func (s *Source) Run(ctx context.Context) error {
 	if s.Client == nil || s.Sink == nil || s.NodeName == "" {
 		return errors.New("kube source: Client, Sink and NodeName are required")
 	}
-	s.synced = make(chan struct{})
+	s.init()
 	log := s.Log
 	if log == nil {
 		log = logrus.New()
@@ -201,7 +205,10 @@ func (s *Source) Service(key types.NamespacedName) *v1.Service {
 }
 
 // Synced is closed when the initial listing is complete.
-func (s *Source) Synced() <-chan struct{} { return s.synced }
+func (s *Source) Synced() <-chan struct{} {
+	s.init()
+	return s.synced
+}
 
 func (s *Source) upsertService(o any, changed func()) {
 	if svc, ok := o.(*v1.Service); ok {
@@ -279,9 +286,13 @@ func ClientConfig(kubeconfig string, qps float32, burst int) (*rest.Config, erro
 		cfg.Burst = burst
 	}
 	cfg.UserAgent = "crossproxy"
-	// Protobuf is smaller and faster to decode than JSON for the large
-	// Service and EndpointSlice lists.
+	UseProtobuf(cfg)
+	return cfg, nil
+}
+
+// UseProtobuf makes a client speak protobuf, which is smaller and faster to
+// decode than JSON for the large Service and EndpointSlice lists.
+func UseProtobuf(cfg *rest.Config) {
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	return cfg, nil
 }

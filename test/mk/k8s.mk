@@ -13,3 +13,12 @@ apiserver:
 # it creates network namespaces prefixed xpk-).
 test-integration: apiserver
 	$(GO) test -tags integration -count=1 -p 1 -timeout 20m ./test/harness/ ./test/integration/
+
+BENCH_SUITES += bench-k8s
+.PHONY: bench-k8s
+
+# bench-k8s: informer path with 10k Services / 100k endpoints against the real
+# apiserver, and network programming latency (API change to packets through
+# the kernel's rules) under a stream of changes. Results: test/results/k8s.md.
+bench-k8s: apiserver
+	$(GO) test -tags integration -count=1 -run '^$$' -bench 'InformerPath|NetworkProgramming' -benchtime 1x -timeout 30m ./test/integration/
