@@ -129,20 +129,40 @@ func newServiceInstallCommand() *cobra.Command {
 	return cmd
 }
 
-func newServiceUninstallCommand() *cobra.Command {
+// newServiceOpCommand builds a subcommand that acts on the installed
+// service: it opens the service named by --name and passes it to op with
+// the --timeout value (when timeout is true).
+func newServiceOpCommand(use, short string, timeout bool, op func(cmd *cobra.Command, name string, s *mgr.Service, timeout time.Duration) error) *cobra.Command {
 	var name string
-	var timeout time.Duration
+	var wait time.Duration
 	cmd := &cobra.Command{
-		Use:   "uninstall",
-		Short: "Stop and remove the Windows service and its event log source (load balancers stay; see cleanup)",
+		Use:   use,
+		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, s, err := openService(name)
+			m, err := mgr.Connect()
 			if err != nil {
-				return err
+				return fmt.Errorf("connect to the service manager: %w", err)
 			}
 			defer m.Disconnect() //nolint:errcheck // nothing to do about it
-			defer s.Close()      //nolint:errcheck // nothing to do about it
+			s, err := m.OpenService(name)
+			if err != nil {
+				return fmt.Errorf("open service %s: %w", name, err)
+			}
+			defer s.Close() //nolint:errcheck // nothing to do about it
+			return op(cmd, name, s, wait)
+		},
+	}
+	addNameFlag(cmd, &name)
+	if timeout {
+		cmd.Flags().DurationVar(&wait, "timeout", 30*time.Second, "how long to wait for the service")
+	}
+	return cmd
+}
+
+func newServiceUninstallCommand() *cobra.Command {
+	return newServiceOpCommand("uninstall", "Stop and remove the Windows service and its event log source (load balancers stay; see cleanup)", true,
+		func(cmd *cobra.Command, name string, s *mgr.Service, timeout time.Duration) error {
 			if err := stopService(s, timeout); err != nil {
 				return fmt.Errorf("service %s: %w", name, err)
 			}
@@ -152,29 +172,15 @@ func newServiceUninstallCommand() *cobra.Command {
 			if err := eventlog.Remove(name); err != nil && !errors.Is(err, windows.ERROR_FILE_NOT_FOUND) {
 				return fmt.Errorf("remove event log source %s: %w", name, err)
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "removed service %s\n", name)
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "removed service %s\n", name)
 			return err
-		},
-	}
-	addNameFlag(cmd, &name)
-	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for the service to stop")
-	return cmd
+		})
 }
 
 func newServiceControlCommand(verb string) *cobra.Command {
-	var name string
-	var timeout time.Duration
-	cmd := &cobra.Command{
-		Use:   verb,
-		Short: strings.ToUpper(verb[:1]) + verb[1:] + " the Windows service and wait until it is done",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, s, err := openService(name)
-			if err != nil {
-				return err
-			}
-			defer m.Disconnect() //nolint:errcheck // nothing to do about it
-			defer s.Close()      //nolint:errcheck // nothing to do about it
+	return newServiceOpCommand(verb, strings.ToUpper(verb[:1])+verb[1:]+" the Windows service and wait until it is done", true,
+		func(cmd *cobra.Command, name string, s *mgr.Service, timeout time.Duration) error {
+			var err error
 			if verb == "stop" {
 				err = stopService(s, timeout)
 			} else {
@@ -184,44 +190,14 @@ func newServiceControlCommand(verb string) *cobra.Command {
 				return fmt.Errorf("%s service %s: %w", verb, name, err)
 			}
 			return printStatus(cmd.OutOrStdout(), name, s)
-		},
-	}
-	addNameFlag(cmd, &name)
-	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait")
-	return cmd
+		})
 }
 
 func newServiceStatusCommand() *cobra.Command {
-	var name string
-	cmd := &cobra.Command{
-		Use:   "status",
-		Short: "Print the Windows service's state, process id and exit code",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			m, s, err := openService(name)
-			if err != nil {
-				return err
-			}
-			defer m.Disconnect() //nolint:errcheck // nothing to do about it
-			defer s.Close()      //nolint:errcheck // nothing to do about it
+	return newServiceOpCommand("status", "Print the Windows service's state, process id and exit code", false,
+		func(cmd *cobra.Command, name string, s *mgr.Service, _ time.Duration) error {
 			return printStatus(cmd.OutOrStdout(), name, s)
-		},
-	}
-	addNameFlag(cmd, &name)
-	return cmd
-}
-
-func openService(name string) (*mgr.Mgr, *mgr.Service, error) {
-	m, err := mgr.Connect()
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect to the service manager: %w", err)
-	}
-	s, err := m.OpenService(name)
-	if err != nil {
-		m.Disconnect() //nolint:errcheck // already failing
-		return nil, nil, fmt.Errorf("open service %s: %w", name, err)
-	}
-	return m, s, nil
+		})
 }
 
 var stateNames = map[svc.State]string{

@@ -3,7 +3,8 @@
 # crossproxy.exe, installs it as a service (crossproxy service install) that
 # runs the real sync loop in standalone mode against the in-memory fake HNS,
 # starts it, waits until the sync loop has programmed the manifests' Service
-# (the ownership ledger lists its load balancer), checks the log file and the
+# (the ownership ledger lists its load balancer) and then a Service added to
+# the manifests while it runs, checks the log file and the
 # event log source, stops it (clean exit, ledger kept: load balancers left in
 # place) and uninstalls it. Everything lives in the test prefix
 # test/.cache/wine; the service is removed on exit, also on failure.
@@ -13,6 +14,13 @@ wine_exec=$root/test/wine/wine-exec
 export WINEPREFIX=${WINEPREFIX:-$root/test/.cache/wine}
 name=crossproxy-svctest
 "$wine_exec" cmd /c exit 0 # creates the prefix and the ProcessPrng shim if missing
+# Wine shuts the service manager and its services down a few seconds after the
+# last ordinary Wine process exits; a persistent wineserver (this prefix's only,
+# stopped on exit) keeps the service alive between the commands below.
+export WINEDEBUG=-all
+wineserver -k 2>/dev/null || true
+wineserver -w
+wineserver -p
 dir=$WINEPREFIX/drive_c/crossproxy-svctest
 # %ProgramData% of a Wine service is C:\users\Public (C:\ProgramData for a console process).
 data=$WINEPREFIX/drive_c/users/Public/crossproxy
@@ -58,7 +66,8 @@ YAML
 cx() { "$wine_exec" "$exe" "$@"; }
 fail() { echo "service-test: FAIL: $*" >&2; [ -f "$data/$name.log" ] && sed 's/^/  log: /' "$data/$name.log" >&2; exit 1; }
 cleanup() { cx service uninstall --name "$name" >/dev/null 2>&1 || true; }
-trap cleanup EXIT
+finish() { cleanup; wineserver -k 2>/dev/null || true; }
+trap finish EXIT
 cleanup
 
 cx service install --name "$name" --manual --fake-hns-network test-net -- \
@@ -79,6 +88,38 @@ grep -q '"kind": "ClusterIP"' "$ledger" || fail "ledger lacks the ClusterIP load
 grep -q 'started as service' "$data/$name.log" || fail "no start entry in the log"
 grep -q 'rules in sync' "$data/$name.log" || fail "no sync in the log"
 
+# The running service follows changes: a second Service appears in the manifests.
+cat >>"$dir/objects.yaml" <<'YAML'
+---
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: default}
+spec:
+  type: ClusterIP
+  clusterIP: 10.96.0.11
+  clusterIPs: [10.96.0.11]
+  ipFamilies: [IPv4]
+  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: api-abc
+  namespace: default
+  labels: {kubernetes.io/service-name: api}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+- addresses: [10.244.2.8]
+  nodeName: lin-1
+  conditions: {ready: true, serving: true, terminating: false}
+YAML
+for _ in $(seq 1 100); do
+  grep -q '"name": "api"' "$ledger" 2>/dev/null && break
+  sleep 0.2
+done
+grep -q '"name": "api"' "$ledger" || fail "the running service did not program the added Service default/api"
+
 out=$(cx service stop --name "$name") || fail "stop: $out"
 echo "$out"
 [[ $out == *"state=Stopped pid=0 exit=0 service-exit=0"* ]] || fail "unclean stop"
@@ -89,4 +130,18 @@ if grep -q 'event log write failed' "$data/$name.log"; then fail "event log writ
 out=$(cx service uninstall --name "$name") || fail "uninstall: $out"
 [[ $out == *"removed service $name"* ]] || fail "uninstall: $out"
 if cx service status --name "$name" >/dev/null 2>&1; then fail "service still exists after uninstall"; fi
-echo "service-test: PASS (install, start, sync loop against the fake HNS, event log source, clean stop, uninstall)"
+# A service whose sync loop cannot start (the manifest file is missing) must stop
+# itself with service-specific exit code 1 and say why in the log.
+cx service install --name "$name" --manual --fake-hns-network test-net -- \
+  --manifests 'C:\crossproxy-svctest\missing.yaml' --node win-1 --network-name test-net >/dev/null
+cx service start --name "$name" --timeout 3s >/dev/null 2>&1 || true
+for _ in $(seq 1 50); do
+  out=$(cx service status --name "$name" 2>&1) || true
+  [[ $out == *state=Stopped* ]] && break
+  sleep 0.2
+done
+[[ $out == *"state=Stopped"*"service-exit=1"* ]] || fail "a failing sync loop should stop the service with exit 1: $out"
+grep -q "crossproxy service $name failed: .*missing.yaml" "$data/$name.log" || fail "no failure entry naming the cause in the log"
+out=$(cx service uninstall --name "$name") || fail "uninstall: $out"
+
+echo "service-test: PASS (install, start, sync loop against the fake HNS following a manifest change, event log source, clean stop, uninstall; failing sync loop stops with exit 1)"
