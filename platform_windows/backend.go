@@ -31,6 +31,7 @@ const DefaultConcurrency = 8
 // Config configures a Backend.
 type Config struct {
 	// NetworkName is the HNS network (from the CNI) the load balancers use.
+	// Sync and Programmed need it; Cleanup falls back to the ledger's.
 	NetworkName string
 	// SourceVIP is set on every load balancer (overlay networks need it).
 	SourceVIP netip.Addr
@@ -76,9 +77,6 @@ var _ platform.Backend = (*Backend)(nil)
 func New(h HNS, cfg Config, log logrus.FieldLogger) (*Backend, error) {
 	if cfg.Ledger == nil {
 		return nil, fmt.Errorf("hns backend: %w: no ledger", ErrInvalid)
-	}
-	if cfg.NetworkName == "" {
-		return nil, fmt.Errorf("hns backend: %w: no HNS network name", ErrInvalid)
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = DefaultConcurrency
@@ -186,11 +184,15 @@ func (b *Backend) loadLedger() error {
 // HNS. Load balancers in the ledger that HNS no longer has are forgotten;
 // ones created just before a crash are adopted through the pending entries.
 func (b *Backend) refresh(ctx context.Context) error {
+	if b.cfg.NetworkName == "" {
+		return fmt.Errorf("hns: %w: no HNS network name (flag --network-name)", ErrInvalid)
+	}
 	nw, err := b.hns.GetNetwork(ctx, b.cfg.NetworkName)
 	if err != nil {
 		return fmt.Errorf("get HNS network %q: %w", b.cfg.NetworkName, err)
 	}
 	b.network = nw
+	b.ledger.Network = nw.Name
 	if err := b.listEndpoints(ctx); err != nil {
 		return err
 	}
@@ -407,7 +409,7 @@ func (b *Backend) saveLedger() error {
 		next[id] = o.Owner
 	}
 	b.ledger.LoadBalancers = next
-	if maps.Equal(next, b.saved.LoadBalancers) && maps.Equal(b.ledger.Pending, b.saved.Pending) {
+	if maps.Equal(next, b.saved.LoadBalancers) && maps.Equal(b.ledger.Pending, b.saved.Pending) && b.ledger.Network == b.saved.Network {
 		return nil
 	}
 	return b.writeLedger()
@@ -488,6 +490,9 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 	defer b.mu.Unlock()
 	if err := b.prepare(ctx); err != nil {
 		return nil, err
+	}
+	if b.cfg.NetworkName == "" {
+		return nil, fmt.Errorf("hns: %w: no HNS network name (flag --network-name)", ErrInvalid)
 	}
 	nw, err := b.hns.GetNetwork(ctx, b.cfg.NetworkName)
 	if err != nil {
@@ -591,8 +596,14 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 			keep[mine[i].ID] = b.ledger.LoadBalancers[mine[i].ID]
 		}
 	}
-	if nw, err := b.hns.GetNetwork(ctx, b.cfg.NetworkName); err != nil {
-		failures = append(failures, fmt.Errorf("get HNS network %q: %w", b.cfg.NetworkName, err))
+	network := b.cfg.NetworkName
+	if network == "" {
+		network = b.ledger.Network
+	}
+	if network == "" {
+		b.log.Info("no HNS network named or recorded: crossproxy never synced here, so it made no remote endpoints")
+	} else if nw, err := b.hns.GetNetwork(ctx, network); err != nil {
+		failures = append(failures, fmt.Errorf("get HNS network %q: %w", network, err))
 	} else if eps, err := b.hns.ListEndpoints(ctx, nw.ID); err != nil {
 		failures = append(failures, fmt.Errorf("list endpoints of network %q: %w", nw.Name, err))
 	} else {
@@ -610,7 +621,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 			}
 		}
 	}
-	b.ledger = LedgerData{LoadBalancers: keep, Pending: map[string]Owner{}}
+	b.ledger = LedgerData{LoadBalancers: keep, Pending: map[string]Owner{}, Network: b.ledger.Network}
 	b.owned = map[string]ownedLB{}
 	b.byIP = map[netip.Addr]Endpoint{}
 	b.synced = false

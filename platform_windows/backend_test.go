@@ -395,3 +395,24 @@ func TestFileLedgerRoundTrip(t *testing.T) {
 		t.Fatalf("a corrupt ledger must fail naming the file, got %v", err)
 	}
 }
+
+// TestCleanupUsesRecordedNetwork: `crossproxy cleanup` without
+// --network-name still finds the remote endpoints through the network the
+// ledger recorded; Sync without a network name fails naming the flag.
+func TestCleanupUsesRecordedNetwork(t *testing.T) {
+	r := newRig(t, AllFeatures, "10.244.1.5")
+	r.sync(t, state(port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080), remote("10.244.2.7", 8080)})), full())
+	b, err := New(r.fake, Config{Ledger: r.ledger}, logrus.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Sync(context.Background(), state(), full()); err == nil || !strings.Contains(err.Error(), "--network-name") {
+		t.Fatalf("sync without a network: %v", err)
+	}
+	if err := b.Cleanup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if lbs, eps := r.fake.LoadBalancers(), r.fake.Endpoints(); len(lbs) != 0 || len(eps) != 1 || eps[0].Remote {
+		t.Fatalf("after cleanup: %v %v", lbs, eps)
+	}
+}

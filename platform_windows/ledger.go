@@ -49,6 +49,9 @@ type LedgerData struct {
 	// owner. It is written before the create call, so a load balancer
 	// created just before a crash is recognised (adopted) by its frontend.
 	Pending map[string]Owner `json:"pending,omitempty"`
+	// Network is the HNS network of the last sync, so cleanup finds
+	// crossproxy's remote endpoints without being told the network.
+	Network string `json:"network,omitempty"`
 }
 
 // Ledger stores LedgerData between runs.
@@ -117,7 +120,7 @@ func (l *MemoryLedger) Save(d LedgerData) error {
 }
 
 func copyLedger(d LedgerData) LedgerData {
-	out := LedgerData{LoadBalancers: map[string]Owner{}, Pending: map[string]Owner{}}
+	out := LedgerData{LoadBalancers: map[string]Owner{}, Pending: map[string]Owner{}, Network: d.Network}
 	for k, v := range d.LoadBalancers {
 		out.LoadBalancers[k] = v
 	}

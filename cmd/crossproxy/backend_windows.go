@@ -35,9 +35,6 @@ func ledgerPath() string {
 // newBackend returns the HNS backend for this node.
 func newBackend(cfg platform.BackendConfig, log logrus.FieldLogger) (platform.Backend, error) {
 	c := hns.Config{NetworkName: cfg.NetworkName, EnableDSR: cfg.EnableDSR, Ledger: hns.FileLedger{Path: ledgerPath()}, Notifier: cfg.Notifier}
-	if c.NetworkName == "" {
-		return nil, fmt.Errorf("hns backend: flag --network-name: the HNS network to attach load balancers to is required")
-	}
 	if cfg.SourceVIP != "" {
 		a, err := netip.ParseAddr(cfg.SourceVIP)
 		if err != nil {
