@@ -32,8 +32,13 @@ func ledgerPath() string {
 	return filepath.Join(dir, "crossproxy", ledgerName)
 }
 
-// newBackend returns the HNS backend for this node.
+// newBackend returns the HNS backend for this node. Without --network-name it
+// takes the network from KUBE_NETWORK, as kube-proxy's Windows mode does, so
+// existing node setups carry over.
 func newBackend(cfg platform.BackendConfig, log logrus.FieldLogger) (platform.Backend, error) {
+	if cfg.NetworkName == "" {
+		cfg.NetworkName = os.Getenv("KUBE_NETWORK")
+	}
 	c := hns.Config{NetworkName: cfg.NetworkName, EnableDSR: cfg.EnableDSR, Ledger: hns.FileLedger{Path: ledgerPath()}, Notifier: cfg.Notifier}
 	if cfg.SourceVIP != "" {
 		a, err := netip.ParseAddr(cfg.SourceVIP)
