@@ -169,3 +169,38 @@ func BenchmarkEndpointChange(b *testing.B) {
 		})
 	}
 }
+
+// TestInterruptedSyncKeepsOwnership: a sync cancelled halfway (the service
+// stopping during the initial program) records every load balancer it did
+// create, so none is orphaned, and the next sync completes the rest.
+func TestInterruptedSyncKeepsOwnership(t *testing.T) {
+	s := newScale(t, 40, AllFeatures, 4)
+	s.fake.Latency = 5 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	s.fake.Fail = func(method, _ string) error {
+		if method == "CreateLoadBalancer" && s.fake.Calls()["CreateLoadBalancer"] == 10 {
+			cancel()
+		}
+		return nil
+	}
+	if err := s.backend.Sync(ctx, s.state(), core.Changes{Full: true}); err == nil {
+		t.Fatal("a cancelled sync must report it")
+	}
+	ledger, _ := s.backend.cfg.Ledger.Load()
+	lbs := s.fake.LoadBalancers()
+	if len(lbs) == 0 || len(lbs) == 40 || len(ledger.Pending) != 0 {
+		t.Fatalf("want a partial program with no pending entries: %d load balancers, ledger %+v", len(lbs), ledger)
+	}
+	for _, lb := range lbs {
+		if _, ok := ledger.LoadBalancers[lb.ID]; !ok {
+			t.Fatalf("load balancer %s (%s) created but not recorded", lb.ID, lb.Frontend())
+		}
+	}
+	s.fake.Fail = nil
+	if err := s.backend.Sync(context.Background(), s.state(), core.Changes{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(s.fake.LoadBalancers()); n != 40 {
+		t.Fatalf("after the retry: %d load balancers, want 40", n)
+	}
+}
