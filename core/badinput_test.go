@@ -35,6 +35,11 @@ func TestBadInput(t *testing.T) {
 			check: func(t *testing.T, st *NodeState) {
 				expectEq(t, "cip", mustPort(t, st, httpV4("web")).ClusterIP.String(), "10.96.0.1")
 			}},
+		{name: "clusterIP contradicts clusterIPs", services: svcs(testService("web", func(s *v1.Service) { s.Spec.ClusterIP = "10.96.0.9" })),
+			want: want{"Service", "default/web", "spec.clusterIP", "differs from spec.clusterIPs[0]"},
+			check: func(t *testing.T, st *NodeState) {
+				expectEq(t, "cip", mustPort(t, st, httpV4("web")).ClusterIP.String(), "10.96.0.1")
+			}},
 		{name: "port out of range", services: svcs(testService("web", svcPorts(sport("http", v1.ProtocolTCP, 80), sport("big", v1.ProtocolTCP, 70000)))),
 			want:  want{"Service", "default/web", "spec.ports[1].port", "70000 is out of range"},
 			check: func(t *testing.T, st *NodeState) { mustPort(t, st, httpV4("web")) }},

@@ -142,6 +142,9 @@ func parseService(svc *v1.Service, nsn types.NamespacedName, sink problemSink) *
 		publishAll: spec.PublishNotReadyAddresses,
 	}
 	ips, field := spec.ClusterIPs, "spec.clusterIPs[%d]"
+	if len(ips) > 0 && spec.ClusterIP != "" && spec.ClusterIP != ips[0] {
+		sink.add("spec.clusterIP", "%q differs from spec.clusterIPs[0] %q; clusterIPs is used", spec.ClusterIP, ips[0])
+	}
 	if len(ips) == 0 {
 		ips, field = []string{spec.ClusterIP}, "spec.clusterIP%.0d"
 	}
