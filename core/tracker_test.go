@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"sync"
@@ -351,4 +352,21 @@ func TestTrackerRecycle(t *testing.T) {
 	}
 	tr.Recycle(nil)
 	tr.Recycle(&NodeState{})
+}
+
+// TestComputeOrderIndependent: the same objects in any order give the same state.
+func TestComputeOrderIndependent(t *testing.T) {
+	services, sl := benchObjects(50, 4)
+	services = append(services, testService("lb", clusterIPs("10.96.9.1", "fd00:96::9"), loadBalancer("198.51.100.1", "2001:db8::1"), etpLocal(), hcPort(31000)),
+		testService("bad", clusterIPs("x")), testService("hl", clusterIPs("None")))
+	sl = append(sl, testSlice("lb-b", "lb", ep("10.0.0.2", "n1")), testSlice("lb-a", "lb", ep("10.0.0.2", "n1", termServing), ep("bad", "n2")),
+		v6(testSlice("lb-6", "lb", ep("fd00::9", "n1"))), testSlice("orphan", "", ep("10.0.0.3", "n1")))
+	opts := Options{IPFamilies: []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}}
+	want := mustCompute(t, opts, defaultNode(), services, sl)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 5 {
+		rng.Shuffle(len(services), func(i, j int) { services[i], services[j] = services[j], services[i] })
+		rng.Shuffle(len(sl), func(i, j int) { sl[i], sl[j] = sl[j], sl[i] })
+		assertSameState(t, want, mustCompute(t, opts, defaultNode(), services, sl))
+	}
 }
