@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,8 +80,22 @@ func (b *Backend) LastSync() SyncStats {
 	return b.stats
 }
 
-func (b *Backend) table() *nftables.Table {
-	return &nftables.Table{Name: b.cfg.table(), Family: nftables.TableFamilyINet}
+func tableObj(name string) *nftables.Table {
+	return &nftables.Table{Name: name, Family: nftables.TableFamilyINet}
+}
+
+// ownTable reports whether a table is crossproxy's: the main table or one of
+// its numbered shards.
+func ownTable(main, name string) bool {
+	if name == main {
+		return true
+	}
+	rest, ok := strings.CutPrefix(name, main+"-")
+	if !ok || rest == "" {
+		return false
+	}
+	_, err := strconv.Atoi(rest)
+	return err == nil
 }
 
 // Sync makes the table match state. A full sync (first, periodic, after a
@@ -118,12 +134,12 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 func (b *Backend) syncFull(state *core.NodeState) error {
 	start := time.Now()
 	rs := Build(state, b.cfg)
-	chains, sets, err := b.inventory()
+	existing, err := b.inventory()
 	if err != nil {
 		b.applied = nil
 		return err
 	}
-	plan := PlanFull(rs, chains, sets, b.recreate)
+	plan := PlanFull(rs, existing, b.recreate)
 	built := time.Since(start)
 	if err := b.apply(plan); err != nil {
 		b.applied, b.recreate = nil, true
@@ -138,14 +154,16 @@ func (b *Backend) syncFull(state *core.NodeState) error {
 func (b *Backend) syncPartial(state *core.NodeState, changes core.Changes) error {
 	start := time.Now()
 	ports := make(map[core.PortKey]*PortObjects, len(changes.Ports))
+	cfg := b.cfg
+	cfg.Shards = b.applied.Shards
 	for k := range changes.Ports {
 		if p := state.Ports[k]; p != nil {
-			ports[k] = BuildPort(p, state.LocalDetect[k.Family], b.cfg)
+			ports[k] = BuildPort(p, state.LocalDetect[k.Family], cfg)
 		} else {
 			ports[k] = nil
 		}
 	}
-	plan := PlanPartial(b.cfg.table(), b.applied, ports)
+	plan := PlanPartial(b.applied, ports)
 	built := time.Since(start)
 	if plan.Batch.Len() > 0 {
 		if err := b.apply(plan.Batch); err != nil {
@@ -158,42 +176,53 @@ func (b *Backend) syncPartial(state *core.NodeState, changes core.Changes) error
 	return nil
 }
 
-// inventory lists the chains and sets the table holds now (none if it is missing).
-func (b *Backend) inventory() (chains, sets []string, err error) {
+// inventory lists crossproxy's tables in the kernel with their chains and sets.
+func (b *Backend) inventory() (map[string]Inventory, error) {
 	c, err := b.ns.conn()
 	if err != nil {
-		return nil, nil, fmt.Errorf("open nftables connection: %w", err)
+		return nil, fmt.Errorf("open nftables connection: %w", err)
 	}
-	t := b.table()
-	all, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	main := b.cfg.table()
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
-		return nil, nil, fmt.Errorf("list chains of table inet %s: %w", t.Name, err)
+		return nil, fmt.Errorf("list inet tables: %w", err)
 	}
-	for _, ch := range all {
-		if ch.Table.Name == t.Name {
-			chains = append(chains, ch.Name)
+	out := map[string]Inventory{}
+	for _, t := range tables {
+		if ownTable(main, t.Name) {
+			out[t.Name] = Inventory{}
 		}
 	}
-	if len(chains) == 0 {
-		if _, err := c.ListTableOfFamily(t.Name, t.Family); err != nil {
-			return nil, nil, nil // no table yet
+	if len(out) == 0 {
+		return out, nil
+	}
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil, fmt.Errorf("list chains of inet tables: %w", err)
+	}
+	for _, ch := range chains {
+		if inv, ok := out[ch.Table.Name]; ok {
+			inv.Chains = append(inv.Chains, ch.Name)
+			out[ch.Table.Name] = inv
 		}
 	}
-	ss, err := c.GetSets(t)
-	if err != nil && !errors.Is(err, unix.ENOENT) {
-		return nil, nil, fmt.Errorf("list sets of table inet %s: %w", t.Name, err)
+	for name, inv := range out {
+		sets, err := c.GetSets(tableObj(name))
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return nil, fmt.Errorf("list sets of table inet %s: %w", name, err)
+		}
+		for _, s := range sets {
+			inv.Sets = append(inv.Sets, s.Name)
+		}
+		out[name] = inv
 	}
-	for _, s := range ss {
-		sets = append(sets, s.Name)
-	}
-	return chains, sets, nil
+	return out, nil
 }
 
 // apply encodes the batch with google/nftables and sends it in one write.
 func (b *Backend) apply(batch *Batch) error {
-	t := b.table()
 	start := time.Now()
-	msgs, err := b.encoder.encode(t, batch)
+	msgs, err := b.encoder.encode(batch)
 	if err != nil {
 		return err
 	}
@@ -203,13 +232,13 @@ func (b *Backend) apply(batch *Batch) error {
 		if len(msgs)-2 != len(batch.Ops) || i < 0 || i >= len(batch.Ops) {
 			return fmt.Sprintf("command %d", i)
 		}
-		return describeOp(batch.Table, batch.Ops[i])
+		return describeOp(batch.Ops[i])
 	}
 	return sendBatch(b.ns, msgs, describe)
 }
 
-func describeOp(table string, op Op) string {
-	one := &Batch{Table: table, Ops: []Op{op}}
+func describeOp(op Op) string {
+	one := &Batch{Ops: []Op{op}}
 	if op.Kind == OpAddElements || op.Kind == OpDelElements {
 		return fmt.Sprintf("%s %d elements of set %s", map[OpKind]string{OpAddElements: "add", OpDelElements: "delete"}[op.Kind], len(op.Elements), op.Set.Name)
 	}
@@ -276,9 +305,15 @@ func nftElements(kind SetKind, es []Element, withData bool) []nftables.SetElemen
 }
 
 // encodeBatch turns the planned commands into google/nftables calls.
-func encodeBatch(c *nftables.Conn, t *nftables.Table, batch *Batch) error {
+func encodeBatch(c *nftables.Conn, batch *Batch) error {
 	setID := uint32(0)
+	tables := map[string]*nftables.Table{}
 	for _, op := range batch.Ops {
+		t := tables[op.Table]
+		if t == nil {
+			t = tableObj(op.Table)
+			tables[op.Table] = t
+		}
 		switch op.Kind {
 		case OpAddTable:
 			c.AddTable(t)
@@ -331,15 +366,25 @@ func encodeBatch(c *nftables.Conn, t *nftables.Table, batch *Batch) error {
 	return nil
 }
 
-// Cleanup deletes crossproxy's table (and with it every chain, set and rule it
-// installed). A missing table is not an error.
+// Cleanup deletes crossproxy's tables (and with them every chain, set and
+// rule it installed) in one batch. No table is not an error.
 func (b *Backend) Cleanup(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.applied = nil
-	batch := &Batch{Table: b.cfg.table(), Ops: []Op{{Kind: OpAddTable}, {Kind: OpDelTable}}}
+	existing, err := b.inventory()
+	if err != nil {
+		return err
+	}
+	batch := &Batch{}
+	for _, name := range sortedKeys(existing) {
+		batch.add(Op{Kind: OpDelTable, Table: name})
+	}
+	if len(batch.Ops) == 0 {
+		return nil
+	}
 	if err := b.apply(batch); err != nil {
-		return fmt.Errorf("delete table inet %s: %w", b.cfg.table(), err)
+		return fmt.Errorf("delete tables of %s: %w", b.cfg.table(), err)
 	}
 	return nil
 }

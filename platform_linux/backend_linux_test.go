@@ -60,7 +60,7 @@ func TestBackendFullAndPartialSync(t *testing.T) {
 	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
 		t.Fatalf("full sync: %v", err)
 	}
-	got := nftIn(t, ns, "list", "table", "inet", "crossproxy")
+	got := nftIn(t, ns, "list", "ruleset")
 	for _, want := range []string{"numgen random mod 2 0 dnat ip to 10.244.1.5:8080", "10.96.0.53 . udp . 53", "ip saddr 198.51.100.0/24 goto fw-"} {
 		if !strings.Contains(got, want) && !strings.Contains(got, strings.Replace(want, "goto fw-", "goto ext-", 1)) {
 			t.Errorf("table lacks %q:\n%s", want, got)
@@ -100,7 +100,7 @@ func TestBackendFullAndPartialSync(t *testing.T) {
 	if s := b.LastSync(); s.Full || s.Commands == 0 {
 		t.Errorf("expected a partial sync with commands, got %+v", s)
 	}
-	got = nftIn(t, ns, "list", "table", "inet", "crossproxy")
+	got = nftIn(t, ns, "list", "ruleset")
 	if !strings.Contains(got, "numgen random mod 3 0 dnat ip to 10.244.1.5:8080") || !strings.Contains(got, "10.244.3.3 . 10.244.3.3") {
 		t.Errorf("partial sync not applied:\n%s", got)
 	}
@@ -126,7 +126,7 @@ func TestBackendFullAndPartialSync(t *testing.T) {
 
 	// A table deleted behind crossproxy's back: the partial sync fails, the
 	// next full sync repairs it.
-	nftIn(t, ns, "delete", "table", "inet", "crossproxy")
+	nftIn(t, ns, "flush", "ruleset")
 	if err := b.Sync(ctx, st, core.Changes{Ports: map[core.PortKey]struct{}{k: {}}}); err == nil {
 		p2 := *st.Ports[k]
 		p2.ClusterEndpoints = p2.ClusterEndpoints[:1]
@@ -141,7 +141,7 @@ func TestBackendFullAndPartialSync(t *testing.T) {
 	if s := b.LastSync(); !s.Full {
 		t.Errorf("sync after a failure should be full: %+v", s)
 	}
-	nftIn(t, ns, "list", "chain", "inet", "crossproxy", "nat-prerouting")
+	nftIn(t, ns, "list", "chain", "inet", "crossproxy-0", "nat-prerouting")
 
 	if err := b.Cleanup(ctx); err != nil {
 		t.Fatal(err)
@@ -160,21 +160,23 @@ func TestFailedBatchChangesNothing(t *testing.T) {
 	if err := b.Sync(ctx, testState(), core.Changes{Full: true}); err != nil {
 		t.Fatal(err)
 	}
-	before := nftIn(t, ns, "list", "table", "inet", "crossproxy")
+	before := nftIn(t, ns, "list", "ruleset")
 	web := b.applied.Ports[key("default", "web", "http", "TCP", "IPv4")].Chains[0]
-	bad := &Batch{Table: "crossproxy", Ops: []Op{
-		{Kind: OpFlushChain, Chain: web},
-		{Kind: OpAddChain, Chain: &Chain{Name: "half-written"}},
-		{Kind: OpAddRule, Chain: web, Rule: Rule{Verdict{Kind: "goto", Chain: "no-such-chain"}}},
+	webPort := b.applied.Ports[key("default", "web", "http", "TCP", "IPv4")]
+	shard := ShardTable("crossproxy", webPort.Shard)
+	bad := &Batch{Ops: []Op{
+		{Kind: OpFlushChain, Table: shard, Chain: web},
+		{Kind: OpAddChain, Table: shard, Chain: &Chain{Name: "half-written"}},
+		{Kind: OpAddRule, Table: shard, Chain: web, Rule: Rule{Verdict{Kind: "goto", Chain: "no-such-chain"}}},
 	}}
 	err := b.apply(bad)
 	if err == nil {
 		t.Fatal("the kernel accepted a goto to a missing chain")
 	}
-	if !strings.Contains(err.Error(), "add rule inet crossproxy "+web.Name+" goto no-such-chain") {
+	if !strings.Contains(err.Error(), "add rule inet "+shard+" "+web.Name+" goto no-such-chain") {
 		t.Errorf("error does not name the refused command: %v", err)
 	}
-	if after := nftIn(t, ns, "list", "table", "inet", "crossproxy"); after != before {
+	if after := nftIn(t, ns, "list", "ruleset"); after != before {
 		t.Errorf("a refused batch changed the table:\n%s", after)
 	}
 }

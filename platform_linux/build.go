@@ -3,6 +3,7 @@ package nft
 import (
 	"crypto/sha256"
 	"encoding/base32"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -21,6 +22,9 @@ type Config struct {
 	Table string
 	// LocalhostNodePorts adds 127.0.0.1 NodePort frontends (IPv4 only).
 	LocalhostNodePorts bool
+	// Shards is the number of shard tables; 0 means ShardCount of the
+	// number of Service ports.
+	Shards int
 }
 
 // DefaultTable is the table name used when none is configured.
@@ -33,12 +37,35 @@ func (c Config) table() string {
 	return c.Table
 }
 
+// maxPortsPerShard and maxShards size the shard tables. Every commit that
+// adds a rule with a NAT, verdict or lookup makes the kernel re-validate every
+// chain reachable from the table's base chains, so a partial sync costs in
+// proportion to the size of the table it touches; Services are spread over
+// tables of at most a few hundred ports. Each shard adds one base-chain lookup
+// to a connection's first packet, hence the cap.
+const (
+	maxPortsPerShard = 256
+	maxShards        = 32
+)
+
+// ShardCount is the number of shard tables for n Service ports.
+func ShardCount(n int) int {
+	s := (n + maxPortsPerShard - 1) / maxPortsPerShard
+	return min(max(s, 1), maxShards)
+}
+
+// ShardTable names shard i of the table.
+func ShardTable(table string, i int) string { return table + "-" + strconv.Itoa(i) }
+
 // PortObjects are the objects one Service port (in one family) owns: its
 // chains, its elements in the family's frontend map, its affinity sets, and the
 // addresses it contributes to the shared cluster-ips and hairpin sets. Keeping
 // them per port is what lets a partial sync touch only changed Services.
 type PortObjects struct {
-	Key          core.PortKey
+	Key core.PortKey
+	// Shard is the shard table holding the chains, frontends and affinity
+	// sets; ClusterIP and Endpoints go to the main table's shared sets.
+	Shard        int
 	Chains       []*Chain
 	Frontends    []Element
 	AffinitySets []Set
@@ -46,16 +73,20 @@ type PortObjects struct {
 	Endpoints    []netip.Addr
 }
 
-// Globals are the table-wide objects: base chains, helper chains, sets.
+// Globals are the objects that are not a Service port's: the main table's
+// chains and sets, and those every shard table has.
 type Globals struct {
-	Families []v1.IPFamily
-	Chains   []*Chain
-	Sets     []Set
+	Families    []v1.IPFamily
+	Chains      []*Chain
+	Sets        []Set
+	ShardChains []*Chain
+	ShardSets   []Set
 }
 
-// Ruleset is the whole desired content of the table.
+// Ruleset is the whole desired content of the main table and its shards.
 type Ruleset struct {
 	Table   string
+	Shards  int
 	Globals *Globals
 	Ports   []*PortObjects // sorted by key
 }
@@ -87,16 +118,25 @@ func shortHash(s string) string {
 // portChainName names a chain of one Service port: kind, a hash of the port key
 // (unique per family), and a readable namespace/name/protocol/port suffix.
 func portChainName(kind string, p *core.ServicePort) string {
-	return kind + "-" + portChainSuffix(p)
+	h, _ := portHash(p.Key, 1)
+	return kind + "-" + portChainSuffix(p, h)
+}
+
+// portHash is the short hash in a port's chain names and the shard (of
+// shards) the port lives in, both from the port key.
+func portHash(k core.PortKey, shards int) (string, int) {
+	h := sha256.Sum256([]byte(k.String()))
+	n := max(shards, 1)
+	return b32.EncodeToString(h[:5]), int(binary.BigEndian.Uint32(h[5:9]) % uint32(n))
 }
 
 // portChainSuffix is what all chains of one port share after the kind.
-func portChainSuffix(p *core.ServicePort) string {
+func portChainSuffix(p *core.ServicePort, hash string) string {
 	port := p.Key.PortName
 	if port == "" {
 		port = "p" + strconv.Itoa(int(p.Port))
 	}
-	return shortHash(p.Key.String()) + "-" + p.Key.Service.Namespace + "/" + p.Key.Service.Name + "/" + protoName(p.Protocol) + "/" + port
+	return hash + "-" + p.Key.Service.Namespace + "/" + p.Key.Service.Name + "/" + protoName(p.Protocol) + "/" + port
 }
 
 // affinitySetName names the affinity set of one endpoint of one port; the
@@ -126,7 +166,10 @@ func ParsePortChain(name string) (kind, service string, ok bool) {
 
 // Build computes the whole ruleset for a NodeState.
 func Build(state *core.NodeState, cfg Config) *Ruleset {
-	rs := &Ruleset{Table: cfg.table(), Globals: BuildGlobals(state)}
+	if cfg.Shards <= 0 {
+		cfg.Shards = ShardCount(len(state.Ports))
+	}
+	rs := &Ruleset{Table: cfg.table(), Shards: cfg.Shards, Globals: BuildGlobals(state)}
 	keys := make([]core.PortKey, 0, len(state.Ports))
 	for k := range state.Ports {
 		keys = append(keys, k)
@@ -147,46 +190,55 @@ func SortKeys(keys []core.PortKey) {
 	sort.Slice(keys, func(i, j int) bool { return strs[keys[i]] < strs[keys[j]] })
 }
 
-// BuildGlobals computes the table-wide chains and sets.
+// BuildGlobals computes the chains and sets that are not a port's. The main
+// table holds masquerading, the refusal of unused ClusterIP ports (priority
+// dstnat+1: it only sees packets no shard translated) and the shared sets;
+// every shard dispatches its own frontends and has its own helper chains,
+// since a jump cannot leave its table.
 func BuildGlobals(state *core.NodeState) *Globals {
 	g := &Globals{Families: append([]v1.IPFamily(nil), state.Families...)}
 	if len(g.Families) == 0 {
 		g.Families = []v1.IPFamily{v1.IPv4Protocol}
 	}
-	dispatch := func() []Rule {
-		var rules []Rule
-		for _, f := range g.Families {
-			rules = append(rules,
-				Rule{MatchFamily{f}, Dispatch{f, frontendMap(f)}},
-				// A ClusterIP packet no frontend took is for an unused port: refuse it.
-				Rule{MatchFamily{f}, MatchAddrSet{Family: f, Set: clusterIPSet(f)}, Verdict{Kind: "goto", Chain: chainReject}})
-		}
-		return rules
+	var dispatch, unused []Rule
+	for _, f := range g.Families {
+		dispatch = append(dispatch, Rule{MatchFamily{f}, Dispatch{f, frontendMap(f)}})
+		// A ClusterIP packet no frontend took is for an unused port: refuse it.
+		unused = append(unused, Rule{MatchFamily{f}, MatchAddrSet{Family: f, Set: clusterIPSet(f)}, Verdict{Kind: "goto", Chain: chainReject}})
 	}
 	post := []Rule{{MatchDNAT{}, MatchMark{MasqueradeMark}, ClearMark{MasqueradeMark}, Masquerade{}}}
 	for _, f := range g.Families {
 		post = append(post, Rule{MatchFamily{f}, MatchDNAT{}, MatchHairpin{f, hairpinSet(f)}, Masquerade{}})
 	}
+	rejectChain := func() *Chain {
+		return &Chain{Name: chainReject, Rules: []Rule{{MatchL4{v1.ProtocolTCP}, Reject{TCPReset: true}}, {Reject{}}}}
+	}
 	g.Chains = append(g.Chains,
-		&Chain{Name: chainPrerouting, Hook: &Hook{"nat", "prerouting", priorityDstNAT}, Rules: dispatch()},
-		&Chain{Name: chainOutput, Hook: &Hook{"nat", "output", priorityDstNAT}, Rules: dispatch()},
+		&Chain{Name: chainPrerouting, Hook: &Hook{"nat", "prerouting", priorityDstNAT + 1}, Rules: unused},
+		&Chain{Name: chainOutput, Hook: &Hook{"nat", "output", priorityDstNAT + 1}, Rules: unused},
 		&Chain{Name: chainPostrouting, Hook: &Hook{"nat", "postrouting", prioritySrcNAT}, Rules: post},
+		rejectChain(),
+	)
+	g.ShardChains = append(g.ShardChains,
+		&Chain{Name: chainPrerouting, Hook: &Hook{"nat", "prerouting", priorityDstNAT}, Rules: dispatch},
+		&Chain{Name: chainOutput, Hook: &Hook{"nat", "output", priorityDstNAT}, Rules: dispatch},
 		&Chain{Name: chainMarkMasq, Rules: []Rule{{SetMark{MasqueradeMark}}}},
-		&Chain{Name: chainReject, Rules: []Rule{{MatchL4{v1.ProtocolTCP}, Reject{TCPReset: true}}, {Reject{}}}},
+		rejectChain(),
 	)
 	for _, f := range g.Families {
 		det := state.LocalDetect[f]
 		if det.Implemented() {
 			rules := localSourceRules(f, det, Verdict{Kind: "return"})
 			rules = append(rules, Rule{SetMark{MasqueradeMark}})
-			g.Chains = append(g.Chains, &Chain{Name: offClusterChain(f), Rules: rules})
+			g.ShardChains = append(g.ShardChains, &Chain{Name: offClusterChain(f), Rules: rules})
 		}
 		g.Sets = append(g.Sets,
-			Set{Name: frontendMap(f), Family: f, Kind: SetFrontends},
 			Set{Name: clusterIPSet(f), Family: f, Kind: SetAddrs},
 			Set{Name: hairpinSet(f), Family: f, Kind: SetAddrPairs})
+		g.ShardSets = append(g.ShardSets, Set{Name: frontendMap(f), Family: f, Kind: SetFrontends})
 	}
 	sort.Slice(g.Chains, func(i, j int) bool { return g.Chains[i].Name < g.Chains[j].Name })
+	sort.Slice(g.ShardChains, func(i, j int) bool { return g.ShardChains[i].Name < g.ShardChains[j].Name })
 	return g
 }
 
@@ -217,11 +269,12 @@ type portBuilder struct {
 	aff map[string]bool
 }
 
-// BuildPort computes the objects of one Service port.
+// BuildPort computes the objects of one Service port; cfg.Shards must be set.
 func BuildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *PortObjects {
 	f := p.Key.Family
-	b := &portBuilder{p: p, det: det, o: &PortObjects{Key: p.Key, ClusterIP: p.ClusterIP}, aff: map[string]bool{}}
-	suffix := portChainSuffix(p)
+	hash, shard := portHash(p.Key, cfg.Shards)
+	b := &portBuilder{p: p, det: det, o: &PortObjects{Key: p.Key, ClusterIP: p.ClusterIP, Shard: shard}, aff: map[string]bool{}}
+	suffix := portChainSuffix(p, hash)
 	name := func(kind string) string { return kind + "-" + suffix }
 	svc := name("svc")
 

@@ -136,14 +136,14 @@ func (e *ruleEncoder) rule(table, chain string, r Rule) (netlink.Message, error)
 
 // encode turns a batch into netlink messages (batch begin and end included):
 // rules through the ruleEncoder, everything else through google/nftables.
-func (e *ruleEncoder) encode(t *nftables.Table, batch *Batch) ([]netlink.Message, error) {
+func (e *ruleEncoder) encode(batch *Batch) ([]netlink.Message, error) {
 	var other []Op
 	for _, op := range batch.Ops {
 		if op.Kind != OpAddRule {
 			other = append(other, op)
 		}
 	}
-	captured, err := captureMessages(func(c *nftables.Conn) error { return encodeBatch(c, t, &Batch{Table: batch.Table, Ops: other}) })
+	captured, err := captureMessages(func(c *nftables.Conn) error { return encodeBatch(c, &Batch{Ops: other}) })
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +159,7 @@ func (e *ruleEncoder) encode(t *nftables.Table, batch *Batch) ([]netlink.Message
 			next++
 			continue
 		}
-		m, err := e.rule(t.Name, op.Chain.Name, op.Rule)
+		m, err := e.rule(op.Table, op.Chain.Name, op.Rule)
 		if err != nil {
 			return nil, err
 		}

@@ -29,10 +29,11 @@ const (
 	OpDelElements
 )
 
-// Op is one command of a batch. Set is used by set and element ops, Chain by
-// chain ops, Rule (with Chain.Name) by OpAddRule.
+// Op is one command of a batch, on Table. Set is used by set and element
+// ops, Chain by chain ops, Rule (with Chain.Name) by OpAddRule.
 type Op struct {
 	Kind     OpKind
+	Table    string
 	Set      Set
 	Chain    *Chain
 	Rule     Rule
@@ -43,8 +44,7 @@ type Op struct {
 // plain data, so planning is tested without a kernel; Text shows it as nft
 // commands.
 type Batch struct {
-	Table string
-	Ops   []Op
+	Ops []Op
 }
 
 func (b *Batch) add(op Op) { b.Ops = append(b.Ops, op) }
@@ -55,8 +55,8 @@ func (b *Batch) Len() int { return len(b.Ops) }
 // Text prints the batch as the equivalent nft commands, one per line.
 func (b *Batch) Text() string {
 	var s strings.Builder
-	t := "inet " + b.Table
 	for _, op := range b.Ops {
+		t := "inet " + op.Table
 		switch op.Kind {
 		case OpAddTable:
 			fmt.Fprintf(&s, "add table %s\n", t)
@@ -100,6 +100,8 @@ func (b *Batch) Text() string {
 // next partial sync's diff. Counts track how many ports use each shared
 // cluster-ips and hairpin element.
 type Applied struct {
+	Table      string
+	Shards     int
 	Globals    *Globals
 	Ports      map[core.PortKey]*PortObjects
 	clusterIPs map[netip.Addr]int
@@ -108,7 +110,7 @@ type Applied struct {
 
 // NewApplied records a fully programmed ruleset.
 func NewApplied(rs *Ruleset) *Applied {
-	a := &Applied{Globals: rs.Globals, Ports: make(map[core.PortKey]*PortObjects, len(rs.Ports)),
+	a := &Applied{Table: rs.Table, Shards: rs.Shards, Globals: rs.Globals, Ports: make(map[core.PortKey]*PortObjects, len(rs.Ports)),
 		clusterIPs: map[netip.Addr]int{}, hairpin: map[netip.Addr]int{}}
 	for _, p := range rs.Ports {
 		a.Ports[p.Key] = p
@@ -130,81 +132,103 @@ func (a *Applied) count(p *PortObjects, d int) {
 // attribute limit.
 const maxElementsPerOp = 200
 
-func (b *Batch) elements(kind OpKind, s Set, es []Element) {
+func (b *Batch) elements(kind OpKind, table string, s Set, es []Element) {
 	for len(es) > 0 {
 		n := min(len(es), maxElementsPerOp)
-		b.add(Op{Kind: kind, Set: s, Elements: es[:n]})
+		b.add(Op{Kind: kind, Table: table, Set: s, Elements: es[:n]})
 		es = es[n:]
 	}
 }
 
-// PlanFull writes the whole ruleset in one batch. existingChains and
-// existingSets are what the kernel holds in the table now; objects crossproxy
-// no longer wants are deleted, the rest are rewritten in place (affinity sets
-// keep their entries). With recreate, the table is deleted and written anew,
+// Inventory is what the kernel holds in one of crossproxy's tables.
+type Inventory struct {
+	Chains []string
+	Sets   []string
+}
+
+// PlanFull writes the whole ruleset in one batch. existing maps each of
+// crossproxy's tables found in the kernel to its chains and sets; objects
+// crossproxy no longer wants are deleted (whole tables when the number of
+// shards went down), the rest are rewritten in place (affinity sets keep
+// their entries). With recreate, every table is deleted and written anew,
 // which also repairs objects someone changed behind crossproxy's back.
-func PlanFull(rs *Ruleset, existingChains, existingSets []string, recreate bool) *Batch {
-	chains := rs.Chains()
-	nrules := 0
-	for _, c := range chains {
-		nrules += len(c.Rules)
+func PlanFull(rs *Ruleset, existing map[string]Inventory, recreate bool) *Batch {
+	tables := rs.Tables()
+	nops := 0
+	for _, t := range tables {
+		for _, c := range t.Chains {
+			nops += 2 + len(c.Rules)
+		}
 	}
-	b := &Batch{Table: rs.Table, Ops: make([]Op, 0, 2*len(chains)+nrules+len(rs.Ports)/maxElementsPerOp+64)}
-	b.add(Op{Kind: OpAddTable})
+	b := &Batch{Ops: make([]Op, 0, nops+len(rs.Ports)/maxElementsPerOp+64*len(tables))}
+	want := map[string]bool{}
+	for _, t := range tables {
+		want[t.Name] = true
+	}
+	for _, name := range sortedKeys(existing) {
+		if !want[name] {
+			b.add(Op{Kind: OpDelTable, Table: name})
+		}
+	}
+	for _, t := range tables {
+		planTable(b, t, existing[t.Name], recreate)
+	}
+	return b
+}
+
+func planTable(b *Batch, t *TableContent, inv Inventory, recreate bool) {
+	b.add(Op{Kind: OpAddTable, Table: t.Name})
 	if recreate {
-		b.add(Op{Kind: OpDelTable})
-		b.add(Op{Kind: OpAddTable})
-		existingChains, existingSets = nil, nil
+		b.add(Op{Kind: OpDelTable, Table: t.Name})
+		b.add(Op{Kind: OpAddTable, Table: t.Name})
+		inv = Inventory{}
 	} else {
-		b.add(Op{Kind: OpFlushTable})
+		b.add(Op{Kind: OpFlushTable, Table: t.Name})
 	}
-	sets := rs.Sets()
-	wantSet := make(map[string]bool, len(sets))
-	for _, s := range sets {
+	wantSet := make(map[string]bool, len(t.Sets))
+	for _, s := range t.Sets {
 		wantSet[s.Name] = true
 	}
 	have := map[string]bool{}
-	for _, n := range existingSets {
+	for _, n := range inv.Sets {
 		have[n] = true
 	}
 	// Old elements go first so stale chains lose their references.
-	for _, s := range rs.Globals.Sets {
-		if have[s.Name] {
-			b.add(Op{Kind: OpFlushSet, Set: s})
+	for _, s := range t.Sets {
+		if have[s.Name] && s.Kind != SetAffinity {
+			b.add(Op{Kind: OpFlushSet, Table: t.Name, Set: s})
 		}
 	}
-	for _, n := range existingSets {
+	for _, n := range inv.Sets {
 		if !wantSet[n] {
-			b.add(Op{Kind: OpDelSet, Set: Set{Name: n}})
+			b.add(Op{Kind: OpDelSet, Table: t.Name, Set: Set{Name: n}})
 		}
 	}
-	wantChain := make(map[string]bool, len(chains))
-	for _, c := range chains {
+	wantChain := make(map[string]bool, len(t.Chains))
+	for _, c := range t.Chains {
 		wantChain[c.Name] = true
 	}
-	for _, n := range existingChains {
+	for _, n := range inv.Chains {
 		if !wantChain[n] {
-			b.add(Op{Kind: OpDelChain, Chain: &Chain{Name: n}})
+			b.add(Op{Kind: OpDelChain, Table: t.Name, Chain: &Chain{Name: n}})
 		}
 	}
-	for _, s := range sets {
+	for _, s := range t.Sets {
 		if !have[s.Name] || s.Kind != SetAffinity {
-			b.add(Op{Kind: OpAddSet, Set: s})
+			b.add(Op{Kind: OpAddSet, Table: t.Name, Set: s})
 		}
 	}
-	for _, c := range chains {
-		b.add(Op{Kind: OpAddChain, Chain: c})
+	for _, c := range t.Chains {
+		b.add(Op{Kind: OpAddChain, Table: t.Name, Chain: c})
 	}
-	for _, c := range chains {
+	for _, c := range t.Chains {
 		for _, r := range c.Rules {
-			b.add(Op{Kind: OpAddRule, Chain: c, Rule: r})
+			b.add(Op{Kind: OpAddRule, Table: t.Name, Chain: c, Rule: r})
 		}
 	}
-	elems := rs.Elements()
-	for _, s := range rs.Globals.Sets {
-		b.elements(OpAddElements, s, elems[s.Name])
+	for _, s := range t.Sets {
+		b.elements(OpAddElements, t.Name, s, t.Elements[s.Name])
 	}
-	return b
 }
 
 // PartialPlan is a partial sync's batch and what Commit records once the
@@ -243,34 +267,46 @@ func commitCounts(m, delta map[netip.Addr]int) {
 // PlanPartial rewrites only the given ports: chains that changed are flushed
 // and refilled, new ones added, gone ones deleted; map elements and shared set
 // elements are added and deleted one by one. ports maps each changed key to its
-// new objects, or to nil when the port is gone. prev is not modified; the
-// caller commits the plan into it once the kernel took the batch.
-func PlanPartial(table string, prev *Applied, ports map[core.PortKey]*PortObjects) *PartialPlan {
-	b := &Batch{Table: table}
+// new objects (built with prev.Shards), or to nil when the port is gone. prev
+// is not modified; the caller commits the plan into it once the kernel took
+// the batch.
+func PlanPartial(prev *Applied, ports map[core.PortKey]*PortObjects) *PartialPlan {
+	b := &Batch{}
 	keys := make([]core.PortKey, 0, len(ports))
 	for k := range ports {
 		keys = append(keys, k)
 	}
 	SortKeys(keys)
 
-	oldChains, newChains := map[string]*Chain{}, map[string]*Chain{}
-	oldSets, newSets := map[string]Set{}, map[string]Set{}
-	type famElems struct{ add, del []Element }
-	fe := map[v1.IPFamily]*famElems{}
+	// Chains and sets are named uniquely per port, so a name identifies them;
+	// tables remembers which shard table each lives in.
+	type located struct {
+		table string
+		chain *Chain
+		set   Set
+	}
+	oldChains, newChains := map[string]located{}, map[string]located{}
+	oldSets, newSets := map[string]located{}, map[string]located{}
+	type mapKey struct {
+		table string
+		fam   v1.IPFamily
+	}
+	type mapElems struct{ add, del []Element }
+	fe := map[mapKey]*mapElems{}
 	ipDelta, hpDelta := map[netip.Addr]int{}, map[netip.Addr]int{}
 	var chainOrder []string
 	for _, k := range keys {
 		old, nu := prev.Ports[k], ports[k]
-		if fe[k.Family] == nil {
-			fe[k.Family] = &famElems{}
-		}
 		oldFE := map[string]Element{}
+		var oldMap mapKey
 		if old != nil {
+			t := ShardTable(prev.Table, old.Shard)
+			oldMap = mapKey{t, k.Family}
 			for _, c := range old.Chains {
-				oldChains[c.Name] = c
+				oldChains[c.Name] = located{table: t, chain: c}
 			}
 			for _, s := range old.AffinitySets {
-				oldSets[s.Name] = s
+				oldSets[s.Name] = located{table: t, set: s}
 			}
 			for _, e := range old.Frontends {
 				oldFE[elemKey(e)] = e
@@ -283,20 +319,25 @@ func PlanPartial(table string, prev *Applied, ports map[core.PortKey]*PortObject
 			}
 		}
 		if nu != nil {
+			t := ShardTable(prev.Table, nu.Shard)
+			m := mapKey{t, k.Family}
+			if fe[m] == nil {
+				fe[m] = &mapElems{}
+			}
 			for _, c := range nu.Chains {
-				newChains[c.Name] = c
+				newChains[c.Name] = located{table: t, chain: c}
 				chainOrder = append(chainOrder, c.Name)
 			}
 			for _, s := range nu.AffinitySets {
-				newSets[s.Name] = s
+				newSets[s.Name] = located{table: t, set: s}
 			}
 			for _, e := range nu.Frontends {
 				o, ok := oldFE[elemKey(e)]
-				if ok && o == e {
+				if ok && o == e && oldMap == m {
 					delete(oldFE, elemKey(e))
 					continue
 				}
-				fe[k.Family].add = append(fe[k.Family].add, e)
+				fe[m].add = append(fe[m].add, e)
 			}
 			if nu.ClusterIP.IsValid() {
 				ipDelta[nu.ClusterIP]++
@@ -305,51 +346,65 @@ func PlanPartial(table string, prev *Applied, ports map[core.PortKey]*PortObject
 				hpDelta[a]++
 			}
 		}
-		for _, e := range oldFE {
-			fe[k.Family].del = append(fe[k.Family].del, e)
+		if len(oldFE) > 0 {
+			if fe[oldMap] == nil {
+				fe[oldMap] = &mapElems{}
+			}
+			for _, e := range oldFE {
+				fe[oldMap].del = append(fe[oldMap].del, e)
+			}
 		}
 	}
 
 	// 1. new sets and chains exist before anything refers to them.
 	for _, n := range sortedKeys(newSets) {
 		if _, ok := oldSets[n]; !ok {
-			b.add(Op{Kind: OpAddSet, Set: newSets[n]})
+			b.add(Op{Kind: OpAddSet, Table: newSets[n].table, Set: newSets[n].set})
 		}
 	}
 	for _, n := range chainOrder {
 		if _, ok := oldChains[n]; !ok {
-			b.add(Op{Kind: OpAddChain, Chain: newChains[n]})
+			b.add(Op{Kind: OpAddChain, Table: newChains[n].table, Chain: newChains[n].chain})
 		}
 	}
 	// 2. changed chains are flushed and refilled, new ones filled.
 	for _, n := range chainOrder {
 		c := newChains[n]
 		if o, ok := oldChains[n]; ok {
-			if rulesEqual(o.Rules, c.Rules) {
+			if rulesEqual(o.chain.Rules, c.chain.Rules) {
 				continue
 			}
-			b.add(Op{Kind: OpFlushChain, Chain: c})
+			b.add(Op{Kind: OpFlushChain, Table: c.table, Chain: c.chain})
 		}
-		for _, r := range c.Rules {
-			b.add(Op{Kind: OpAddRule, Chain: c, Rule: r})
+		for _, r := range c.chain.Rules {
+			b.add(Op{Kind: OpAddRule, Table: c.table, Chain: c.chain, Rule: r})
 		}
 	}
-	// 3. frontend map elements.
-	fams := make([]v1.IPFamily, 0, len(fe))
-	for f := range fe {
-		fams = append(fams, f)
+	// 3. frontend map elements: deletions first, so a frontend that moved to
+	// another chain is deleted and added again.
+	maps := make([]mapKey, 0, len(fe))
+	for m := range fe {
+		maps = append(maps, m)
 	}
-	sort.Slice(fams, func(i, j int) bool { return fams[i] < fams[j] })
-	for _, f := range fams {
-		s := Set{Name: frontendMap(f), Family: f, Kind: SetFrontends}
-		sortElems(fe[f].del)
-		sortElems(fe[f].add)
-		b.elements(OpDelElements, s, fe[f].del)
-		b.elements(OpAddElements, s, fe[f].add)
+	sort.Slice(maps, func(i, j int) bool {
+		if maps[i].table != maps[j].table {
+			return maps[i].table < maps[j].table
+		}
+		return maps[i].fam < maps[j].fam
+	})
+	for _, m := range maps {
+		s := Set{Name: frontendMap(m.fam), Family: m.fam, Kind: SetFrontends}
+		sortElems(fe[m].del)
+		b.elements(OpDelElements, m.table, s, fe[m].del)
+	}
+	for _, m := range maps {
+		s := Set{Name: frontendMap(m.fam), Family: m.fam, Kind: SetFrontends}
+		sortElems(fe[m].add)
+		b.elements(OpAddElements, m.table, s, fe[m].add)
 	}
 	// 4. shared sets: an element exists while at least one port uses it.
-	countElements(b, prev.clusterIPs, ipDelta, clusterIPSet, false)
-	countElements(b, prev.hairpin, hpDelta, hairpinSet, true)
+	countElements(b, prev.Table, prev.clusterIPs, ipDelta, clusterIPSet, false)
+	countElements(b, prev.Table, prev.hairpin, hpDelta, hairpinSet, true)
 	// 5. chains and sets no port uses any more.
 	var dying []string
 	for n := range oldChains {
@@ -359,14 +414,14 @@ func PlanPartial(table string, prev *Applied, ports map[core.PortKey]*PortObject
 	}
 	sort.Strings(dying)
 	for _, n := range dying {
-		b.add(Op{Kind: OpFlushChain, Chain: oldChains[n]})
+		b.add(Op{Kind: OpFlushChain, Table: oldChains[n].table, Chain: oldChains[n].chain})
 	}
 	for _, n := range dying {
-		b.add(Op{Kind: OpDelChain, Chain: oldChains[n]})
+		b.add(Op{Kind: OpDelChain, Table: oldChains[n].table, Chain: oldChains[n].chain})
 	}
 	for _, n := range sortedKeys(oldSets) {
 		if _, ok := newSets[n]; !ok {
-			b.add(Op{Kind: OpDelSet, Set: oldSets[n]})
+			b.add(Op{Kind: OpDelSet, Table: oldSets[n].table, Set: oldSets[n].set})
 		}
 	}
 	return &PartialPlan{Batch: b, ports: ports, ipDelta: ipDelta, hpDelta: hpDelta}
@@ -389,7 +444,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // countElements adds the elements whose count goes from 0 to positive and
 // deletes those that drop to 0.
-func countElements(b *Batch, prev, delta map[netip.Addr]int, setName func(v1.IPFamily) string, pair bool) {
+func countElements(b *Batch, table string, prev, delta map[netip.Addr]int, setName func(v1.IPFamily) string, pair bool) {
 	add := map[v1.IPFamily][]Element{}
 	del := map[v1.IPFamily][]Element{}
 	addrs := make([]netip.Addr, 0, len(delta))
@@ -426,7 +481,7 @@ func countElements(b *Batch, prev, delta map[netip.Addr]int, setName func(v1.IPF
 	}
 	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		s := Set{Name: setName(f), Family: f, Kind: kind}
-		b.elements(OpDelElements, s, del[f])
-		b.elements(OpAddElements, s, add[f])
+		b.elements(OpDelElements, table, s, del[f])
+		b.elements(OpAddElements, table, s, add[f])
 	}
 }

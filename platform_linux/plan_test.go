@@ -16,16 +16,22 @@ func TestPlanFullGolden(t *testing.T) {
 		}
 	}
 	// A stale chain and set from an earlier state, and the kept affinity set.
-	b := PlanFull(rs, []string{"svc-OLD-default/gone/tcp/p80", "nat-prerouting"},
-		[]string{"frontends-v4", "aff-OLD", aff}, false)
+	b := PlanFull(rs, map[string]Inventory{
+		"crossproxy":   {Chains: []string{"nat-prerouting"}, Sets: []string{"cluster-ips-v4"}},
+		"crossproxy-0": {Chains: []string{"svc-OLD-default/gone/tcp/p80", "nat-prerouting"}, Sets: []string{"frontends-v4", "aff-OLD", aff}},
+		"crossproxy-7": {}, // a shard from a time with more Services
+	}, false)
 	golden(t, "plan-full.txt", b.Text())
-	if n := strings.Count(b.Text(), "add set inet crossproxy "+aff); n != 0 {
+	if !strings.Contains(b.Text(), "delete table inet crossproxy-7\n") {
+		t.Error("a shard no longer used must be deleted")
+	}
+	if n := strings.Count(b.Text(), "add set inet crossproxy-0 "+aff); n != 0 {
 		t.Errorf("an existing affinity set must be kept (entries live in it), not re-added")
 	}
 }
 
 func TestPlanFullRecreate(t *testing.T) {
-	b := PlanFull(Build(testState(), Config{}), []string{"x"}, []string{"y"}, true)
+	b := PlanFull(Build(testState(), Config{}), map[string]Inventory{"crossproxy": {Chains: []string{"x"}, Sets: []string{"y"}}}, true)
 	if !strings.HasPrefix(b.Text(), "add table inet crossproxy\ndelete table inet crossproxy\nadd table inet crossproxy\n") {
 		t.Errorf("recreate must start by replacing the table:\n%s", b.Text()[:200])
 	}
@@ -39,7 +45,9 @@ func TestPlanFullRecreate(t *testing.T) {
 func TestPlanPartial(t *testing.T) {
 	st := testState()
 	cfg := Config{}
-	prev := NewApplied(Build(st, cfg))
+	rs := Build(st, cfg)
+	cfg.Shards = rs.Shards
+	prev := NewApplied(rs)
 
 	web := key("default", "web", "http", "TCP", "IPv4")
 	p := *st.Ports[web]
@@ -55,7 +63,7 @@ func TestPlanPartial(t *testing.T) {
 		gone:  nil,
 		added: BuildPort(&np, st.LocalDetect["IPv4"], cfg),
 	}
-	plan := PlanPartial("crossproxy", prev, changes)
+	plan := PlanPartial(prev, changes)
 	golden(t, "plan-partial.txt", plan.Batch.Text())
 	text := plan.Batch.Text()
 	for _, untouched := range []string{"shop/lb", "default/empty"} {
@@ -71,7 +79,7 @@ func TestPlanPartial(t *testing.T) {
 		t.Error("endpoint of the removed port still counted")
 	}
 	// Nothing changed: an empty batch.
-	again := PlanPartial("crossproxy", prev, map[core.PortKey]*PortObjects{web: changes[web]})
+	again := PlanPartial(prev, map[core.PortKey]*PortObjects{web: changes[web]})
 	if again.Batch.Len() != 0 {
 		t.Errorf("unchanged port produced commands:\n%s", again.Batch.Text())
 	}

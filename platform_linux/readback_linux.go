@@ -27,57 +27,40 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 	if err != nil {
 		return nil, fmt.Errorf("open nftables connection: %w", err)
 	}
-	t := b.table()
 	out := &platform.ProgrammedService{Service: svc}
-	r := &ruleReader{c: c, t: t, cache: map[string][]*nftables.Rule{}}
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil, fmt.Errorf("list inet tables: %w", err)
+	}
+	main := b.cfg.table()
 	fronts := map[frontendKey]bool{}
 	found := false
-	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		set, err := c.GetSetByName(t, frontendMap(f))
-		if err != nil {
+	for _, tb := range tables {
+		if tb.Name == main || !ownTable(main, tb.Name) {
 			continue
 		}
-		found = true
-		elems, err := c.GetSetElements(set)
-		if err != nil {
-			return nil, fmt.Errorf("read map %s of table inet %s: %w", set.Name, t.Name, err)
-		}
-		for _, e := range elems {
-			target := verdictChain(e)
-			kind, name, ok := ParsePortChain(target)
-			if !ok || name != svc.String() {
+		t := tableObj(tb.Name)
+		r := &ruleReader{c: c, t: t, cache: map[string][]*nftables.Rule{}}
+		for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+			set, err := c.GetSetByName(t, frontendMap(f))
+			if err != nil {
 				continue
 			}
-			addr, proto, port, ok := decodeFrontendKey(f, e.Key)
-			if !ok {
-				continue
+			found = true
+			elems, err := c.GetSetElements(set)
+			if err != nil {
+				return nil, fmt.Errorf("read map %s of table inet %s: %w", set.Name, t.Name, err)
 			}
-			pf := platform.ProgrammedFrontend{Kind: core.FrontendKind(e.Comment), Addr: addr, Port: port, Protocol: protoNames[proto]}
-			if pf.Kind == "" {
-				pf.Kind = core.FrontendClusterIP
-				if kind != "svc" {
-					pf.Kind = core.FrontendNodePort
+			for _, e := range elems {
+				if err := b.readFrontend(r, f, e, svc, out, fronts); err != nil {
+					return nil, err
 				}
 			}
-			eps, verdict, err := r.resolve(target, 0)
-			if err != nil {
-				return nil, err
-			}
-			pf.Endpoints, pf.Verdict = eps, verdict
-			fronts[frontendKey{proto, netip.AddrPortFrom(addr, port)}] = true
-			if addr.IsLoopback() {
-				// --localhost-nodeports frontends are the backend's own
-				// addition; the computed state has no such frontend.
-				out.Notes = append(out.Notes, fmt.Sprintf("localhost NodePort %s/%s (--localhost-nodeports) -> %v",
-					netip.AddrPortFrom(addr, port), pf.Protocol, eps))
-				continue
-			}
-			out.Frontends = append(out.Frontends, pf)
 		}
 	}
 	sort.Strings(out.Notes)
 	if !found {
-		return nil, fmt.Errorf("table inet %s has no frontend map: not programmed", t.Name)
+		return nil, fmt.Errorf("tables inet %s-*: no frontend map: not programmed", main)
 	}
 	sort.Slice(out.Frontends, func(i, j int) bool {
 		a, b := out.Frontends[i], out.Frontends[j]
@@ -100,6 +83,42 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 		out.Connections = conns
 	}
 	return out, nil
+}
+
+// readFrontend adds the frontend of one map element to out when it belongs to svc.
+func (b *Backend) readFrontend(r *ruleReader, f v1.IPFamily, e nftables.SetElement, svc types.NamespacedName,
+	out *platform.ProgrammedService, fronts map[frontendKey]bool) error {
+	target := verdictChain(e)
+	kind, name, ok := ParsePortChain(target)
+	if !ok || name != svc.String() {
+		return nil
+	}
+	addr, proto, port, ok := decodeFrontendKey(f, e.Key)
+	if !ok {
+		return nil
+	}
+	pf := platform.ProgrammedFrontend{Kind: core.FrontendKind(e.Comment), Addr: addr, Port: port, Protocol: protoNames[proto]}
+	if pf.Kind == "" {
+		pf.Kind = core.FrontendClusterIP
+		if kind != "svc" {
+			pf.Kind = core.FrontendNodePort
+		}
+	}
+	eps, verdict, err := r.resolve(target, 0)
+	if err != nil {
+		return err
+	}
+	pf.Endpoints, pf.Verdict = eps, verdict
+	fronts[frontendKey{proto, netip.AddrPortFrom(addr, port)}] = true
+	if addr.IsLoopback() {
+		// --localhost-nodeports frontends are the backend's own addition;
+		// the computed state has no such frontend.
+		out.Notes = append(out.Notes, fmt.Sprintf("localhost NodePort %s/%s (--localhost-nodeports) -> %v",
+			netip.AddrPortFrom(addr, port), pf.Protocol, eps))
+		return nil
+	}
+	out.Frontends = append(out.Frontends, pf)
+	return nil
 }
 
 // verdictChain is the chain of a verdict map element. google/nftables v0.3.0

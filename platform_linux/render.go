@@ -9,28 +9,25 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// Chains lists every chain of the ruleset, table-wide ones first.
-func (rs *Ruleset) Chains() []*Chain {
-	chains := append([]*Chain(nil), rs.Globals.Chains...)
-	for _, p := range rs.Ports {
-		chains = append(chains, p.Chains...)
-	}
-	return chains
+// TableContent is everything one table of the ruleset holds.
+type TableContent struct {
+	Name     string
+	Chains   []*Chain
+	Sets     []Set
+	Elements map[string][]Element
 }
 
-// Sets lists every set of the ruleset, table-wide ones first.
-func (rs *Ruleset) Sets() []Set {
-	sets := append([]Set(nil), rs.Globals.Sets...)
-	for _, p := range rs.Ports {
-		sets = append(sets, p.AffinitySets...)
+// Tables lists the main table and then every shard, with their content: the
+// main table's shared sets hold every ClusterIP and every endpoint address
+// (as a hairpin pair), each shard's frontend maps hold its ports' frontends.
+func (rs *Ruleset) Tables() []*TableContent {
+	main := &TableContent{Name: rs.Table, Chains: append([]*Chain(nil), rs.Globals.Chains...),
+		Sets: append([]Set(nil), rs.Globals.Sets...), Elements: map[string][]Element{}}
+	shards := make([]*TableContent, rs.Shards)
+	for i := range shards {
+		shards[i] = &TableContent{Name: ShardTable(rs.Table, i), Chains: append([]*Chain(nil), rs.Globals.ShardChains...),
+			Sets: append([]Set(nil), rs.Globals.ShardSets...), Elements: map[string][]Element{}}
 	}
-	return sets
-}
-
-// Elements computes the content of the table-wide sets: every frontend in its
-// family's map, every ClusterIP, every endpoint address (as a hairpin pair).
-func (rs *Ruleset) Elements() map[string][]Element {
-	out := map[string][]Element{}
 	seen := map[string]map[netip.Addr]bool{}
 	add := func(set string, a netip.Addr, pair bool) {
 		if seen[set] == nil {
@@ -44,17 +41,20 @@ func (rs *Ruleset) Elements() map[string][]Element {
 		if pair {
 			e.Addr2 = a
 		}
-		out[set] = append(out[set], e)
+		main.Elements[set] = append(main.Elements[set], e)
 	}
 	for _, p := range rs.Ports {
 		f := p.Key.Family
-		out[frontendMap(f)] = append(out[frontendMap(f)], p.Frontends...)
+		sh := shards[p.Shard]
+		sh.Chains = append(sh.Chains, p.Chains...)
+		sh.Sets = append(sh.Sets, p.AffinitySets...)
+		sh.Elements[frontendMap(f)] = append(sh.Elements[frontendMap(f)], p.Frontends...)
 		add(clusterIPSet(f), p.ClusterIP, false)
 		for _, a := range p.Endpoints {
 			add(hairpinSet(f), a, true)
 		}
 	}
-	return out
+	return append([]*TableContent{main}, shards...)
 }
 
 func (s Set) nftType() string {
@@ -89,30 +89,39 @@ func (e Element) nft(kind SetKind) string {
 // `crossproxy render --platform linux` shows and `nft -f` accepts.
 func (rs *Ruleset) Text() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "table inet %s {\n", rs.Table)
-	elems := rs.Elements()
-	sets := rs.Sets()
+	for i, t := range rs.Tables() {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		t.text(&b)
+	}
+	return b.String()
+}
+
+func (t *TableContent) text(b *strings.Builder) {
+	fmt.Fprintf(b, "table inet %s {\n", t.Name)
+	sets := append([]Set(nil), t.Sets...)
 	sort.SliceStable(sets, func(i, j int) bool { return sets[i].Name < sets[j].Name })
 	for _, s := range sets {
 		word := "set"
 		if s.Kind == SetFrontends {
 			word = "map"
 		}
-		fmt.Fprintf(&b, "\t%s %s {\n\t\ttype %s\n", word, s.Name, s.nftType())
+		fmt.Fprintf(b, "\t%s %s {\n\t\ttype %s\n", word, s.Name, s.nftType())
 		if s.Kind == SetAffinity {
-			fmt.Fprintf(&b, "\t\tflags dynamic,timeout\n\t\ttimeout %ds\n", int64(s.Timeout.Seconds()))
+			fmt.Fprintf(b, "\t\tflags dynamic,timeout\n\t\ttimeout %ds\n", int64(s.Timeout.Seconds()))
 		}
-		if es := elems[s.Name]; len(es) > 0 {
+		if es := t.Elements[s.Name]; len(es) > 0 {
 			lines := make([]string, len(es))
 			for i, e := range es {
 				lines[i] = e.nft(s.Kind)
 			}
 			sort.Strings(lines)
-			fmt.Fprintf(&b, "\t\telements = {\n\t\t\t%s,\n\t\t}\n", strings.Join(lines, ",\n\t\t\t"))
+			fmt.Fprintf(b, "\t\telements = {\n\t\t\t%s,\n\t\t}\n", strings.Join(lines, ",\n\t\t\t"))
 		}
 		b.WriteString("\t}\n\n")
 	}
-	chains := rs.Chains()
+	chains := append([]*Chain(nil), t.Chains...)
 	sort.SliceStable(chains, func(i, j int) bool {
 		if (chains[i].Hook != nil) != (chains[j].Hook != nil) {
 			return chains[i].Hook != nil
@@ -120,12 +129,12 @@ func (rs *Ruleset) Text() string {
 		return chains[i].Name < chains[j].Name
 	})
 	for i, c := range chains {
-		fmt.Fprintf(&b, "\tchain %s {\n", c.Name)
+		fmt.Fprintf(b, "\tchain %s {\n", c.Name)
 		if c.Hook != nil {
-			fmt.Fprintf(&b, "\t\ttype %s hook %s priority %d; policy accept;\n", c.Hook.Type, c.Hook.Hook, c.Hook.Priority)
+			fmt.Fprintf(b, "\t\ttype %s hook %s priority %d; policy accept;\n", c.Hook.Type, c.Hook.Hook, c.Hook.Priority)
 		}
 		for _, r := range c.Rules {
-			fmt.Fprintf(&b, "\t\t%s\n", r)
+			fmt.Fprintf(b, "\t\t%s\n", r)
 		}
 		b.WriteString("\t}\n")
 		if i < len(chains)-1 {
@@ -133,5 +142,4 @@ func (rs *Ruleset) Text() string {
 		}
 	}
 	b.WriteString("}\n")
-	return b.String()
 }

@@ -90,11 +90,11 @@ func TestExplainReadsTheKernel(t *testing.T) {
 	}
 
 	// Empty the Service's chain behind the proxy's back.
-	chain := regexp.MustCompile(`chain (svc-[A-Z0-9]+-default/ok/tcp/http) \{`).FindStringSubmatch(nftIn(t, ns, "list", "table", "inet", "crossproxy"))
+	chain := regexp.MustCompile(`chain (svc-[A-Z0-9]+-default/ok/tcp/http) \{`).FindStringSubmatch(nftIn(t, ns, "list", "table", "inet", "crossproxy-0"))
 	if chain == nil {
 		t.Fatal("no chain of default/ok in the table")
 	}
-	nftIn(t, ns, "flush", "chain", "inet", "crossproxy", chain[1])
+	nftIn(t, ns, "flush", "chain", "inet", "crossproxy-0", chain[1]) // Service chains live in shard tables
 	out, code = explainOK()
 	want := "FIRST MISMATCH (layer 4, programmed): programmed rules miss 1 endpoint that the computed state has, for ClusterIP 10.96.0.11:80/TCP: 10.244.1.6:8080"
 	if code != 1 || !strings.Contains(out, want) {
@@ -102,7 +102,7 @@ func TestExplainReadsTheKernel(t *testing.T) {
 	}
 
 	// No table at all: nothing confirms the rules, which is a mismatch too.
-	nftIn(t, ns, "delete", "table", "inet", "crossproxy")
+	nftIn(t, ns, "flush", "ruleset") // the main table and its shards
 	out, code = explainOK()
 	if code != 1 || !strings.Contains(out, "FIRST MISMATCH (layer 4, programmed): layer 4 not read: read nftables:") {
 		t.Errorf("without a table: exit %d\n%s", code, out)

@@ -259,7 +259,7 @@ func lastLines(s string, n int) string {
 
 // nft lists crossproxy's table in the node namespace.
 func (l *lab) nft() string {
-	out, _ := exec.Command("ip", "netns", "exec", l.ns("node"), "nft", "list", "table", "inet", "crossproxy").CombinedOutput()
+	out, _ := exec.Command("ip", "netns", "exec", l.ns("node"), "nft", "list", "ruleset").CombinedOutput()
 	return string(out)
 }
 

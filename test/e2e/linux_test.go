@@ -377,7 +377,7 @@ func TestLinuxDataPlane(t *testing.T) {
 	})
 
 	t.Run("TableDeletedFromOutsideIsRepaired", func(t *testing.T) {
-		run(t, "ip", "netns", "exec", l.ns("node"), "nft", "delete", "table", "inet", "crossproxy")
+		run(t, "ip", "netns", "exec", l.ns("node"), "nft", "flush", "ruleset")
 		eventually(t, "the periodic full sync rebuilds the table", func() error {
 			_, err := tcp(c1, "", hostPort("10.96.0.10", 80), time.Second)
 			return err
