@@ -118,7 +118,7 @@ func TestStateJSON(t *testing.T) {
 	if string(wj) != string(gj) {
 		t.Fatalf("JSON output is not the computed NodeState:\nwant %s\n got %s", wj, gj)
 	}
-	if len(got.Ports) != 26 || len(got.Problems) != 6 {
+	if len(got.Ports) != 27 || len(got.Problems) != 6 {
 		t.Fatalf("ports %d problems %d", len(got.Ports), len(got.Problems))
 	}
 }
