@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,13 +23,6 @@ import (
 )
 
 func init() { addCommand(newServiceCommand) }
-
-// Event ids written to the Windows event log.
-const (
-	eventInfo    = 1
-	eventWarning = 2
-	eventError   = 3
-)
 
 func newServiceCommand() *cobra.Command {
 	cmd := &cobra.Command{
@@ -300,10 +291,13 @@ func runService(name, logFile string, run []string) error {
 	if err := debug.SetCrashOutput(f, debug.CrashOptions{}); err != nil {
 		fmt.Fprintf(f, "crash output not redirected: %v\n", err)
 	}
+	tee := &logTee{file: f}
 	elog, err := eventlog.Open(name)
 	if err != nil {
 		fmt.Fprintf(f, "event log source %s unavailable, logging to this file only: %v\n", name, err)
-		elog = nil
+	} else {
+		tee.events = elog
+		defer elog.Close() //nolint:errcheck // nothing to do about it
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -311,7 +305,6 @@ func runService(name, logFile string, run []string) error {
 	}
 	stderr := os.Stderr
 	os.Stderr = w
-	tee := &logTee{file: f, elog: elog}
 	done := make(chan struct{})
 	go func() { tee.copy(r); close(done) }()
 
@@ -320,68 +313,10 @@ func runService(name, logFile string, run []string) error {
 	os.Stderr = stderr
 	w.Close() //nolint:errcheck // the reader sees EOF either way
 	<-done
-	if elog != nil {
-		elog.Close() //nolint:errcheck // nothing to do about it
-	}
 	if runErr != nil {
 		return fmt.Errorf("service dispatcher (start this command from the service manager): %w", runErr)
 	}
 	return h.err
-}
-
-// logTee copies log lines to the log file and forwards warnings and errors
-// to the event log.
-type logTee struct {
-	mu   sync.Mutex
-	file io.Writer
-	elog *eventlog.Log
-}
-
-func (t *logTee) copy(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		t.line(sc.Text())
-	}
-}
-
-// line writes one log line; event writes one service event (both places).
-func (t *logTee) line(s string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	fmt.Fprintln(t.file, s)
-	if t.elog == nil {
-		return
-	}
-	var err error
-	switch {
-	case strings.Contains(s, "level=error"), strings.Contains(s, "level=fatal"), strings.Contains(s, `"level":"error"`), strings.Contains(s, `"level":"fatal"`):
-		err = t.elog.Error(eventError, s)
-	case strings.Contains(s, "level=warning"), strings.Contains(s, `"level":"warning"`):
-		err = t.elog.Warning(eventWarning, s)
-	}
-	if err != nil {
-		fmt.Fprintf(t.file, "event log write failed: %v\n", err)
-	}
-}
-
-func (t *logTee) event(id uint32, msg string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	fmt.Fprintf(t.file, "%s service: %s\n", time.Now().UTC().Format(time.RFC3339), msg)
-	if t.elog == nil {
-		return
-	}
-	var err error
-	switch id {
-	case eventError:
-		err = t.elog.Error(id, msg)
-	default:
-		err = t.elog.Info(id, msg)
-	}
-	if err != nil {
-		fmt.Fprintf(t.file, "event log write failed: %v\n", err)
-	}
 }
 
 // serviceHandler runs 'crossproxy run' while the service manager wants it.
