@@ -104,6 +104,41 @@ unsupported default/web ExternalTrafficPolicyLocalSourceIP: port http: externalT
 lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=LocalRoutedVIP
 `,
 	}, {
+		name: "terminating fallback for NodePort and LoadBalancer, Cluster and Local policy",
+		objects: svcYAML("web", `  type: LoadBalancer
+  clusterIP: 10.96.0.10
+  clusterIPs: [10.96.0.10]
+  ipFamilies: [IPv4]
+  ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080, protocol: TCP}]
+status:
+  loadBalancer: {ingress: [{ip: 198.51.100.9}]}
+`) + svcYAML("loc", `  type: LoadBalancer
+  clusterIP: 10.96.0.11
+  clusterIPs: [10.96.0.11]
+  ipFamilies: [IPv4]
+  externalTrafficPolicy: Local
+  healthCheckNodePort: 31001
+  ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30081, protocol: TCP}]
+status:
+  loadBalancer: {ingress: [{ip: 198.51.100.10}]}
+`) + sliceYAML("web-1", "web", "IPv4", "8080",
+			epYAML("10.244.1.5", "win-1", "a", "false", "true", "true", ""),
+			epYAML("10.244.2.7", "lin-1", "a", "false", "true", "true", "")) +
+			sliceYAML("loc-1", "loc", "IPv4", "8080",
+				epYAML("10.244.1.6", "win-1", "a", "false", "true", "true", ""),
+				readyEP("10.244.2.8", "lin-1", "a")),
+		want: `# HNS plan: 6 load balancers, 2 remote endpoints, 1 unsupported
+lb default/loc:http/TCP/v4 ClusterIP 10.96.0.11:80 -> :8080 [10.244.2.8*] flags=LocalRoutedVIP
+lb default/loc:http/TCP/v4 LoadBalancer 198.51.100.10:80 -> :8080 [10.244.1.6] flags=none
+lb default/loc:http/TCP/v4 NodePort 192.168.0.11:30081 -> :8080 [10.244.1.6] flags=LocalRoutedVIP
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=LocalRoutedVIP
+lb default/web:http/TCP/v4 LoadBalancer 198.51.100.9:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none
+lb default/web:http/TCP/v4 NodePort 192.168.0.11:30080 -> :8080 [10.244.1.5 10.244.2.7*] flags=LocalRoutedVIP
+remote-endpoint 10.244.2.7 mac=02-11-0a-f4-02-07
+remote-endpoint 10.244.2.8 mac=02-11-0a-f4-02-08
+unsupported default/loc ExternalTrafficPolicyLocalSourceIP: port http: externalTrafficPolicy Local uses only this node's endpoints, but without DSR HNS does not preserve the client source address
+`,
+	}, {
 		name: "topology hints",
 		objects: svcYAML("web", "  clusterIP: 10.96.0.10\n  clusterIPs: [10.96.0.10]\n  ipFamilies: [IPv4]\n  trafficDistribution: PreferSameZone\n  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]\n") +
 			sliceYAML("web-1", "web", "IPv4", "8080",
