@@ -446,10 +446,10 @@ func TestRule7DualStack(t *testing.T) {
 				expectEq(t, "ports", len(st.Ports), 1)
 				mustPort(t, st, k6)
 			}},
-		{name: "IPv4-only Service on an IPv6 node is ignored", opts: Options{IPFamilies: []v1.IPFamily{v1.IPv6Protocol}}, services: svcs(testService("web")), slices: sl,
+		{name: "IPv4-only Service on an IPv6 node has no ports", opts: Options{IPFamilies: []v1.IPFamily{v1.IPv6Protocol}}, services: svcs(testService("web")), slices: sl,
 			check: func(t *testing.T, st *NodeState) {
 				expectEq(t, "ports", len(st.Ports), 0)
-				expectIgnored(t, st, "default/web", "no usable clusterIP of a family this node runs (IPv6)")
+				expectEq(t, "problems", len(st.Problems), 0)
 			}},
 		{name: "families default to the node's addresses", node: testNode("n1", "", "fd00::1", "192.168.0.1"), services: svcs(dual), slices: sl,
 			check: func(t *testing.T, st *NodeState) {

@@ -101,11 +101,6 @@ func computeService(e *env, svc *v1.Service, list []*discovery.EndpointSlice) *s
 	}
 	sink := problemSink{kind: "Service", namespace: svc.Namespace, name: svc.Name, svc: nsn, list: &res.problems}
 	info := parseService(svc, nsn, sink)
-	if !slices.ContainsFunc(e.families, func(f v1.IPFamily) bool { return info.clusterIP[famIndex(f)].IsValid() }) {
-		res.ignored = &IgnoredObject{Kind: "Service", Object: nsn.String(),
-			Reason: fmt.Sprintf("no usable clusterIP of a family this node runs (%s)", joinFamilies(e.families))}
-		return res
-	}
 	if info.needsHC {
 		res.health = &HealthCheck{Service: nsn, NodePort: info.hcPort}
 	}
@@ -345,12 +340,4 @@ func comparePortKey(a, b PortKey) int {
 		cmp.Compare(a.Protocol, b.Protocol),
 		cmp.Compare(a.Family, b.Family),
 	)
-}
-
-func joinFamilies(fams []v1.IPFamily) string {
-	out := make([]string, 0, len(fams))
-	for _, f := range fams {
-		out = append(out, string(f))
-	}
-	return strings.Join(out, ", ")
 }
