@@ -124,7 +124,11 @@ func (s *Source) Run(ctx context.Context) error {
 		default:
 		}
 	}
-	if _, err := svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// Each handler registration reports synced once the handler itself has
+	// received every object of the initial listing; the informer's own
+	// HasSynced only says its store is filled, while notifications may still
+	// be queued, and a first sync from that would be a partial view.
+	svcReg, err := svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { s.upsertService(o, changed) },
 		UpdateFunc: func(_, o any) { s.upsertService(o, changed) },
 		DeleteFunc: func(o any) {
@@ -133,10 +137,11 @@ func (s *Source) Run(ctx context.Context) error {
 				changed()
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("add service handler: %w", err)
 	}
-	if _, err := sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	sliceReg, err := sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { s.upsertSlice(o, changed) },
 		UpdateFunc: func(_, o any) { s.upsertSlice(o, changed) },
 		DeleteFunc: func(o any) {
@@ -145,10 +150,11 @@ func (s *Source) Run(ctx context.Context) error {
 				changed()
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("add endpointslice handler: %w", err)
 	}
-	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	nodeReg, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { s.setNode(o, changed) },
 		UpdateFunc: func(_, o any) { s.setNode(o, changed) },
 		DeleteFunc: func(o any) {
@@ -159,7 +165,8 @@ func (s *Source) Run(ctx context.Context) error {
 				s.OnNode(nil)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("add node handler: %w", err)
 	}
 
@@ -169,7 +176,7 @@ func (s *Source) Run(ctx context.Context) error {
 	defer nodes.Shutdown()
 
 	start := time.Now()
-	if !cache.WaitForCacheSync(ctx.Done(), svcInf.HasSynced, sliceInf.HasSynced, nodeInf.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), svcReg.HasSynced, sliceReg.HasSynced, nodeReg.HasSynced) {
 		return fmt.Errorf("kube source: initial listing of services, endpointslices and node %s: %w", s.NodeName, ctx.Err())
 	}
 	fields := logrus.Fields{

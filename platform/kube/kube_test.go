@@ -2,7 +2,9 @@ package kube
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 )
@@ -113,5 +116,50 @@ func TestUnwrapTombstone(t *testing.T) {
 	}
 	if _, ok := unwrap[*v1.Service]("junk"); ok {
 		t.Fatalf("junk unwrapped")
+	}
+}
+
+// slowSink counts Services and is slow on the first one, so informer
+// notifications queue up behind it.
+type slowSink struct {
+	recorder
+	once     sync.Once
+	services atomic.Int64
+}
+
+func (s *slowSink) UpsertService(*v1.Service) {
+	s.once.Do(func() { time.Sleep(300 * time.Millisecond) })
+	s.services.Add(1)
+}
+
+// TestFirstTriggerSeesEveryObject: the first trigger comes only after the
+// handlers (not just the informer stores) have received the whole initial
+// listing; a first sync from fewer objects would remove working rules.
+func TestFirstTriggerSeesEveryObject(t *testing.T) {
+	const n = 2000
+	var objs []runtime.Object
+	objs = append(objs, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	for i := range n {
+		objs = append(objs, &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("s%d", i)}})
+	}
+	sink := &slowSink{}
+	seen := make(chan int64, 1)
+	src := &Source{Client: fake.NewClientset(objs...), NodeName: "n1", Sink: sink,
+		OnChange: func() {
+			select {
+			case seen <- sink.services.Load():
+			default:
+			}
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = src.Run(ctx) }()
+	select {
+	case got := <-seen:
+		if got != n {
+			t.Fatalf("first trigger after %d of %d Services reached the sink", got, n)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no trigger")
 	}
 }
