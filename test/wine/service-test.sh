@@ -4,8 +4,9 @@
 # runs the real sync loop in standalone mode against the in-memory fake HNS,
 # starts it, waits until the sync loop has programmed the manifests' Service
 # (the ownership ledger lists its load balancer) and then a Service added to
-# the manifests while it runs, checks the log file and the
-# event log source, stops it (clean exit, ledger kept: load balancers left in
+# the manifests while it runs, checks the log file, the event log source and
+# the entries written (Wine prints ReportEvent calls on its eventlog debug
+# channel), stops it (clean exit, ledger kept: load balancers left in
 # place) and uninstalls it. Everything lives in the test prefix
 # test/.cache/wine; the service is removed on exit, also on failure.
 set -euo pipefail
@@ -13,6 +14,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 wine_exec=$root/test/wine/wine-exec
 export WINEPREFIX=${WINEPREFIX:-$root/test/.cache/wine}
 name=crossproxy-svctest
+dir=$WINEPREFIX/drive_c/crossproxy-svctest
 "$wine_exec" cmd /c exit 0 # creates the prefix and the ProcessPrng shim if missing
 # Wine shuts the service manager and its services down a few seconds after the
 # last ordinary Wine process exits; a persistent wineserver (this prefix's only,
@@ -21,7 +23,13 @@ export WINEDEBUG=-all
 wineserver -k 2>/dev/null || true
 wineserver -w
 wineserver -p
-dir=$WINEPREFIX/drive_c/crossproxy-svctest
+# The first Wine process starts the service manager, whose services inherit its
+# debug channels and stderr: with +eventlog, Wine prints every ReportEvent call
+# (the event log entries the service writes) to this file.
+evlog=$dir/eventlog.txt
+rm -f "$evlog"
+mkdir -p "$dir"
+WINEDEBUG=-all,+eventlog "$wine_exec" cmd /c exit 0 2>>"$evlog"
 # %ProgramData% of a Wine service is C:\users\Public (C:\ProgramData for a console process).
 data=$WINEPREFIX/drive_c/users/Public/crossproxy
 mkdir -p "$dir"
@@ -60,6 +68,9 @@ ports: [{name: http, port: 8080, protocol: TCP}]
 endpoints:
 - addresses: [10.244.2.7]
   nodeName: lin-1
+  conditions: {ready: true, serving: true, terminating: false}
+- addresses: [10.244.1.5] # on this node, but the fake HNS has no endpoint for it: a warning
+  nodeName: win-1
   conditions: {ready: true, serving: true, terminating: false}
 YAML
 
@@ -126,6 +137,9 @@ echo "$out"
 grep -q 'stopped; load balancers left in place' "$data/$name.log" || fail "no stop entry in the log"
 grep -q '"name": "web"' "$ledger" || fail "stopping removed ownership records"
 if grep -q 'event log write failed' "$data/$name.log"; then fail "event log writes failed"; fi
+grep -q "trace:eventlog:ReportEventW L\"crossproxy dev started as service $name" "$evlog" || fail "no start event in the event log: $(cat "$evlog")"
+grep -q 'warn:eventlog:ReportEventW .*endpoints not known to HNS yet' "$evlog" || fail "no warning event in the event log: $(cat "$evlog")"
+grep -q "trace:eventlog:ReportEventW L\"crossproxy service $name stopped; load balancers left in place" "$evlog" || fail "no stop event in the event log"
 
 out=$(cx service uninstall --name "$name") || fail "uninstall: $out"
 [[ $out == *"removed service $name"* ]] || fail "uninstall: $out"
@@ -142,6 +156,7 @@ for _ in $(seq 1 50); do
 done
 [[ $out == *"state=Stopped"*"service-exit=1"* ]] || fail "a failing sync loop should stop the service with exit 1: $out"
 grep -q "crossproxy service $name failed: .*missing.yaml" "$data/$name.log" || fail "no failure entry naming the cause in the log"
+grep -q "err:eventlog:ReportEventW L\"crossproxy service $name failed: .*missing.yaml" "$evlog" || fail "no error event in the event log"
 out=$(cx service uninstall --name "$name") || fail "uninstall: $out"
 
-echo "service-test: PASS (install, start, sync loop against the fake HNS following a manifest change, event log source, clean stop, uninstall; failing sync loop stops with exit 1)"
+echo "service-test: PASS (install, start, sync loop against the fake HNS following a manifest change, event log source and entries (start, warning, stop, error), clean stop, uninstall; failing sync loop stops with exit 1)"
