@@ -135,8 +135,8 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 	}
 	plan := PlanPorts(state, list, b.planOptions())
 	b.rememberFrontends(state, keys, full)
-	err := b.reconcile(ctx, plan, keys, full)
-	b.notify(state, plan.Notices, changes, keys, full)
+	notices, err := b.reconcile(ctx, plan, keys, full)
+	b.notify(state, append(plan.Notices, notices...), changes, keys, full)
 	return err
 }
 
@@ -231,7 +231,12 @@ func (b *Backend) listEndpoints(ctx context.Context) error {
 // reconcile applies plan for the ports in scope: remote endpoints first, then
 // load balancer deletes, then creates and updates, then (full syncs) removal
 // of remote endpoints nothing uses any more.
-func (b *Backend) reconcile(ctx context.Context, plan Plan, scope map[core.PortKey]struct{}, full bool) error {
+//
+// A frontend held by a load balancer crossproxy does not own is not a
+// failure to retry at once (it stays until someone removes that load
+// balancer): it is returned as a notice and tried again on full syncs.
+func (b *Backend) reconcile(ctx context.Context, plan Plan, scope map[core.PortKey]struct{}, full bool) ([]Notice, error) {
+	var notices []Notice
 	var failures []error
 	var fmu sync.Mutex
 	fail := func(k core.PortKey, err error) {
@@ -267,7 +272,7 @@ func (b *Backend) reconcile(ctx context.Context, plan Plan, scope map[core.PortK
 	if !full && missingLocal(missing, plan) {
 		// A new local pod the CNI attached after the last listing: one list call.
 		if err := b.listEndpoints(ctx); err != nil {
-			return err
+			return notices, err
 		}
 		desired, missing = resolve(plan.LoadBalancers, b.byIP)
 	}
@@ -296,7 +301,7 @@ func (b *Backend) reconcile(ctx context.Context, plan Plan, scope map[core.PortK
 	}
 	if len(b.ledger.Pending) > 0 {
 		if err := b.writeLedger(); err != nil {
-			return err
+			return notices, err
 		}
 	}
 
@@ -319,7 +324,15 @@ func (b *Backend) reconcile(ctx context.Context, plan Plan, scope map[core.PortK
 		return b.write(ctx, op, &fmu)
 	})
 	for i, err := range errs {
-		if err != nil {
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrDuplicateFrontend) && writes[i].kind == opCreate:
+			op := writes[i]
+			notices = append(notices, Notice{op.owner.Service(), "FrontendInUse",
+				fmt.Sprintf("%s %s is held by an HNS load balancer crossproxy does not own (another proxy's, or left over); "+
+					"remove it (or run that proxy's cleanup) and crossproxy takes the frontend at its next full sync", op.owner.Kind, op.desired.Frontend())})
+			b.log.WithError(err).WithField("port", op.owner.Key().String()).Warn("frontend held by a foreign load balancer")
+		default:
 			fail(writes[i].owner.Key(), err)
 		}
 	}
@@ -331,9 +344,9 @@ func (b *Backend) reconcile(ctx context.Context, plan Plan, scope map[core.PortK
 		failures = append(failures, err)
 	}
 	if len(failures) > 0 {
-		return fmt.Errorf("hns sync: %d operations failed (retried on the next sync): %w", len(failures), errors.Join(failures...))
+		return notices, fmt.Errorf("hns sync: %d operations failed (retried on the next sync): %w", len(failures), errors.Join(failures...))
 	}
-	return nil
+	return notices, nil
 }
 
 // write creates or updates one load balancer.

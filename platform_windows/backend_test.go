@@ -416,3 +416,28 @@ func TestCleanupUsesRecordedNetwork(t *testing.T) {
 		t.Fatalf("after cleanup: %v %v", lbs, eps)
 	}
 }
+
+// TestForeignFrontendConflict: a frontend held by a load balancer crossproxy
+// does not own is reported for that Service (log + Event), not retried on
+// every sync as a failure; the other Services are programmed, and the
+// frontend is taken at the first full sync after the foreign one is gone.
+func TestForeignFrontendConflict(t *testing.T) {
+	r := newRig(t, AllFeatures, "10.244.1.5", "10.244.1.6")
+	foreign := r.fake.AddForeignLoadBalancer(LoadBalancer{Protocol: ProtocolTCP, FrontendVIPs: []netip.Addr{ip("10.96.0.10")}, ExternalPort: 80, InternalPort: 9999, EndpointIDs: []string{r.localIDs["10.244.1.6"]}})
+	s := state(port("a", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)}), port("b", "10.96.0.11", []core.Endpoint{local("10.244.1.6", 8080)}))
+	r.sync(t, s, full())
+	if want := []string{"default/a FrontendInUse"}; !reflect.DeepEqual(r.notifier.got, want) {
+		t.Fatalf("notices %v, want %v", r.notifier.got, want)
+	}
+	mustEqual(t, r.dump(), "TCP/10.96.0.10/80 -> :9999 [10.244.1.6] none\nTCP/10.96.0.11/80 -> :8080 [10.244.1.6] LocalRoutedVIP\n")
+	r.fake.ResetCalls()
+	r.sync(t, s, partial())
+	if n := r.fake.TotalCalls(); n != 0 {
+		t.Fatalf("a partial sync retried the conflict: %v", r.fake.Calls())
+	}
+	if err := r.fake.DeleteLoadBalancer(context.Background(), foreign); err != nil {
+		t.Fatal(err)
+	}
+	r.sync(t, s, full())
+	mustEqual(t, r.dump(), "TCP/10.96.0.10/80 -> :8080 [10.244.1.5] LocalRoutedVIP\nTCP/10.96.0.11/80 -> :8080 [10.244.1.6] LocalRoutedVIP\n")
+}
