@@ -79,7 +79,7 @@ $ConfigDir = Join-Path $env:ProgramData 'crossproxy'
 $ConfigPath = Join-Path $ConfigDir 'config.yaml'
 
 # One row per setting: script parameter, MSI property, registry value, service flag, and
-# whether the flag's value is quoted. The MSI (crossproxy.wxs) maps the same way; the
+# whether the MSI quotes the value on its command line. The MSI (crossproxy.wxs) maps the same way; the
 # installer tests compare the two.
 $Settings = @(
     @{ Param = 'Kubeconfig';  Property = 'KUBECONFIG';  Value = 'Kubeconfig';  Flag = '--kubeconfig';        Quote = $true },
@@ -163,23 +163,22 @@ function Get-MsiArguments([string]$MsiPath, [string]$LogPath, $Values) {
     return $msiArgs
 }
 
-# Get-ServiceCommandLine builds the service's command line the way the MSI does.
-function Get-ServiceCommandLine([string]$ExePath, $Values) {
-    $line = '"{0}" run --windows-service --config "{1}"' -f $ExePath, $ConfigPath
+# Get-RunArguments builds the "crossproxy run" flags the service starts with, the same
+# flags the MSI puts after "service run --".
+function Get-RunArguments($Values) {
+    $runArgs = @('--config', $ConfigPath)
     foreach ($s in $Settings) {
         $v = $Values[$s.Param]
         if ($v -eq '') { continue }
         if ($s.Param -eq 'EnableDSR') {
-            if ($v -eq '1') { $line += ' --enable-dsr' }
+            if ($v -eq '1') { $runArgs += '--enable-dsr' }
         } elseif ($s.Flag -eq '') {
-            $line += ' ' + $v
-        } elseif ($s.Quote) {
-            $line += ' {0} "{1}"' -f $s.Flag, $v
+            $runArgs += @($v -split '\s+' | Where-Object { $_ -ne '' })
         } else {
-            $line += ' {0} {1}' -f $s.Flag, $v
+            $runArgs += @($s.Flag, $v)
         }
     }
-    return $line
+    return $runArgs
 }
 
 function Save-SettingValues($Values, [string]$InstalledBy, [string]$Version) {
@@ -266,7 +265,7 @@ function Install-FromMsi([string]$MsiPath, $Values) {
     $MsiPath = (Resolve-Path -Path $MsiPath).Path
     if ((Get-InstallKind) -eq 'binary') {
         Write-Host 'replacing the bare-binary install with the MSI'
-        Uninstall-Binary -KeepConfig
+        Uninstall-Binary
     }
     $log = Join-Path $LogDir ('crossproxy-msi-{0}.log' -f (Get-Date -Format 'yyyyMMddHHmmss'))
     Invoke-Msiexec -Arguments (Get-MsiArguments -MsiPath $MsiPath -LogPath $log -Values $Values) -LogPath $log
@@ -304,31 +303,35 @@ function Install-FromBinary([string]$ExePath, $Values) {
         Write-Warning "$ConfigPath exists and is kept; -ConfigFile ignored."
     }
 
-    $commandLine = Get-ServiceCommandLine -ExePath $target -Values $Values
+    # The binary registers itself: the service ("service run -- RUN-FLAGS"), restart on
+    # failure and the event log source. An existing registration is replaced.
+    $runArgs = Get-RunArguments -Values $Values
     if ($svc) {
-        & sc.exe config $ServiceName binPath= $commandLine start= auto | Out-Null
-        if ($LASTEXITCODE -ne 0) { Fail "sc.exe config $ServiceName failed ($LASTEXITCODE)" }
-    } else {
-        New-Service -Name $ServiceName -BinaryPathName $commandLine -StartupType Automatic -DisplayName 'crossproxy' `
-            -Description "Kubernetes Service proxy: programs HNS load balancers for this node's Services." | Out-Null
+        & $target service uninstall --name $ServiceName | Out-Null
+        if ($LASTEXITCODE -ne 0) { Fail "crossproxy service uninstall failed ($LASTEXITCODE)" }
     }
-    # Restart after a crash: 5 s, 5 s, then 30 s; the failure count resets after a day.
-    & sc.exe failure $ServiceName reset= 86400 actions= restart/5000/restart/5000/restart/30000 | Out-Null
+    # '--' goes in quoted: a bare -- could be taken as PowerShell's own end-of-parameters token.
+    $installArgs = @('service', 'install', '--name', $ServiceName, '--binary', $target, '--') + $runArgs
+    $out = & $target @installArgs 2>&1
+    if ($LASTEXITCODE -ne 0) { Fail "crossproxy service install failed ($LASTEXITCODE): $out" }
     Save-SettingValues -Values $Values -InstalledBy 'install.ps1' -Version $version
     Start-Service -Name $ServiceName
     Wait-ServiceStatus -Status 'Running'
-    Write-Host "crossproxy ($version) installed from $ExePath and running: $commandLine"
+    Write-Host "crossproxy ($version) installed from $ExePath and running: $out"
 }
 
-function Uninstall-Binary([switch]$KeepConfig) {
+function Uninstall-Binary {
     $svc = Get-Service -Name $ServiceName -ErrorAction SilentlyContinue
     if ($svc) {
-        if ($svc.Status -ne 'Stopped') {
-            Stop-Service -Name $ServiceName -Force
-            Wait-ServiceStatus -Status 'Stopped'
+        $exe = Join-Path $InstallDir 'crossproxy.exe'
+        if (Test-Path $exe) {
+            # Stops the service, removes it and its event log source.
+            & $exe service uninstall --name $ServiceName | Out-Null
+        } else {
+            Stop-Service -Name $ServiceName -Force -ErrorAction SilentlyContinue
+            & sc.exe delete $ServiceName | Out-Null
         }
-        & sc.exe delete $ServiceName | Out-Null
-        if ($LASTEXITCODE -ne 0) { Fail "sc.exe delete $ServiceName failed ($LASTEXITCODE)" }
+        if ($LASTEXITCODE -ne 0) { Fail "removing service $ServiceName failed ($LASTEXITCODE)" }
     }
     if (Test-Path $InstallDir) { Remove-Item -Path $InstallDir -Recurse -Force }
     if (Test-Path $RegistryKey) { Remove-Item -Path $RegistryKey -Recurse -Force }

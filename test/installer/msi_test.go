@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,6 +93,7 @@ func TestMSITables(t *testing.T) {
 	wantComp := map[string][2]string{ // directory, attributes
 		"CrossproxyExe": {"INSTALLDIR", "256"}, // 64-bit
 		"Settings":      {"INSTALLDIR", "260"}, // 64-bit, registry key path
+		"EventSource":   {"INSTALLDIR", "260"}, // 64-bit, registry key path
 		"ConfigFile":    {"CONFIGDIR", "400"},  // 64-bit, NeverOverwrite, Permanent
 	}
 	if len(comps) != len(wantComp) {
@@ -185,8 +188,8 @@ func TestMSITables(t *testing.T) {
 	before("StopServices", "DeleteServices")
 
 	ca := keyed(msiTable(t, msi, "CustomAction"))
-	if r := ca["ArgsBase"]; r == nil || !strings.HasPrefix(r[3], `run --windows-service --config "[CommonAppDataFolder]crossproxy\config.yaml"`) {
-		t.Errorf("ArgsBase %q: the service must start with run --windows-service --config <ProgramData config>", r)
+	if r := ca["ArgsBase"]; r == nil || !strings.HasPrefix(r[3], `service run -- --config "[CommonAppDataFolder]crossproxy\config.yaml"`) {
+		t.Errorf("ArgsBase %q: the service must run: service run -- --config <ProgramData config>", r)
 	}
 }
 
@@ -204,10 +207,26 @@ func newWinePrefix(t *testing.T, dir string) *winePrefix {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("wine prefix: %v\n%s", err, out)
 	}
+	// A persistent wineserver: otherwise Wine shuts the prefix down, services
+	// included, a moment after the last ordinary process (msiexec) exits.
+	// It stays in the foreground, so it is started and stopped with the test.
+	server := exec.Command("wineserver", "-f", "-p")
+	server.Env = w.env()
+	if err := server.Start(); err != nil {
+		t.Fatalf("wineserver -p: %v", err)
+	}
 	t.Cleanup(func() {
 		k := exec.Command("wineserver", "-k")
 		k.Env = w.env()
 		_ = k.Run()
+		done := make(chan struct{})
+		go func() { _ = server.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = server.Process.Kill()
+			<-done
+		}
 	})
 	return w
 }
@@ -224,9 +243,16 @@ func (w *winePrefix) run(args ...string) (string, int) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "wine", args...)
 	cmd.Env = w.env()
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	// A file, not a pipe: Wine's services started on the way inherit the
+	// output handle and keep a pipe open long after the command ended.
+	out, err := os.CreateTemp(filepath.Dir(w.dir), "wine-out-*")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer os.Remove(out.Name())
+	defer out.Close()
+	cmd.Stdout, cmd.Stderr = out, out
+	err = cmd.Run()
 	code := 0
 	if err != nil {
 		ee, ok := err.(*exec.ExitError)
@@ -235,7 +261,8 @@ func (w *winePrefix) run(args ...string) (string, int) {
 		}
 		code = ee.ExitCode()
 	}
-	return out.String(), code
+	b, _ := os.ReadFile(out.Name())
+	return string(b), code
 }
 
 // path maps a Windows path under C:\ into the prefix.
@@ -274,21 +301,66 @@ func (w *winePrefix) serviceState() string {
 	return m[1]
 }
 
-// waitRunning waits for the service to run, then checks it is still running
-// a little later (a service that starts and dies must fail the test).
-func (w *winePrefix) waitRunning() {
+// servicePID finds the live crossproxy service process of this prefix (Wine
+// shows the Windows command line in /proc), or 0.
+func (w *winePrefix) servicePID() int {
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		env, err := os.ReadFile(filepath.Join(p, "environ"))
+		if err != nil || !bytes.Contains(env, []byte("WINEPREFIX="+w.dir+"\x00")) {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+		stat, _ := os.ReadFile(filepath.Join(p, "stat"))
+		if !bytes.Contains(cmd, []byte("crossproxy.exe")) || !bytes.Contains(cmd, []byte("service")) {
+			continue
+		}
+		if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) == 0 || f[0] == "Z" {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(p))
+		return pid
+	}
+	return 0
+}
+
+// serviceLog is the service's own log file: crossproxy service run's default,
+// %ProgramData%\crossproxy\crossproxy.log, where Wine's service manager sets
+// ProgramData to C:\users\Public.
+func (w *winePrefix) serviceLog() string {
+	for _, p := range []string{`C:\users\Public\crossproxy\crossproxy.log`, `C:\ProgramData\crossproxy\crossproxy.log`} {
+		if b, err := os.ReadFile(w.path(p)); err == nil {
+			return string(b)
+		}
+	}
+	return ""
+}
+
+// waitRunning waits until the service manager reports the service running, its
+// process is alive and has logged its start (the starts-th one in the log),
+// then checks the same process still runs two seconds later: a service that
+// starts and dies fails here. Wine's service manager alone is not enough: it
+// can report RUNNING for a process that already exited.
+func (w *winePrefix) waitRunning(starts int) int {
 	w.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for w.serviceState() != "RUNNING" {
+	deadline := time.Now().Add(30 * time.Second)
+	var pid int
+	for {
+		pid = w.servicePID()
+		if pid != 0 && w.serviceState() == "RUNNING" && strings.Count(w.serviceLog(), "started as service") >= starts {
+			break
+		}
 		if time.Now().After(deadline) {
-			w.t.Fatalf("service crossproxy: state %q, want RUNNING", w.serviceState())
+			w.t.Fatalf("service crossproxy: state %q, process %d, want RUNNING with a live process and start #%d logged\nlog:\n%s",
+				w.serviceState(), pid, starts, tail(w.serviceLog(), 30))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	time.Sleep(2 * time.Second)
-	if s := w.serviceState(); s != "RUNNING" {
-		w.t.Fatalf("service crossproxy: %s two seconds after it started, want RUNNING", s)
+	if now := w.servicePID(); now != pid {
+		w.t.Fatalf("service process %d gone two seconds after it started (now %d)\nlog:\n%s", pid, now, tail(w.serviceLog(), 30))
 	}
+	return pid
 }
 
 func (w *winePrefix) regQuery(key, value string) string {
@@ -301,6 +373,16 @@ func (w *winePrefix) regQuery(key, value string) string {
 		return ""
 	}
 	return m[1]
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 const serviceKey = `HKLM\System\CurrentControlSet\Services\crossproxy`
@@ -326,20 +408,41 @@ func TestMSIUnderWine(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(manifests, "service.yaml"), []byte(testServiceYAML), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	exePath := w.path(`C:\Program Files\crossproxy\crossproxy.exe`)
+	// Wine's msi writes the service's ImagePath unquoted (Windows Installer
+	// quotes it), and an unquoted path with a space splits the command line
+	// before the binary sees it; so under Wine the binary goes to a directory
+	// without spaces, through the public INSTALLDIR property. The table test
+	// checks the default, Program Files\crossproxy.
+	installDir := `C:\crossproxy-msitest\`
+	exePath := w.path(installDir + "crossproxy.exe")
 	configPath := w.path(`C:\ProgramData\crossproxy\config.yaml`)
 
+	// Free loopback ports for the service's health and metrics servers, so it
+	// cannot collide with anything else on the host.
+	healthz, metrics := freePort(t), freePort(t)
+	extraArgs := fmt.Sprintf(`EXTRAARGS=--manifests=C:\crossproxy-test --healthz-bind-address=127.0.0.1:%d --metrics-bind-address=127.0.0.1:%d`, healthz, metrics)
+	livez := func(t *testing.T) {
+		t.Helper()
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/livez", healthz))
+		if err != nil {
+			t.Errorf("the service does not answer /livez: %v", err)
+			return
+		}
+		resp.Body.Close()
+		t.Logf("/livez: %s (HNS is absent under Wine, so syncs fail and retry)", resp.Status)
+	}
+	var pid int
 	t.Run("install", func(t *testing.T) {
 		w.t = t
-		w.msiexec(0, "/i", win(v1), "NETWORKNAME=crossproxy-test", "NODENAME=node-a",
-			"CLUSTERCIDR=10.244.0.0/16", `EXTRAARGS=--manifests=C:\crossproxy-test`)
+		w.msiexec(0, "/i", win(v1), "INSTALLDIR="+installDir, "NETWORKNAME=crossproxy-test", "NODENAME=node-a",
+			"CLUSTERCIDR=10.244.0.0/16", extraArgs)
 		for _, f := range []string{exePath, configPath} {
 			if _, err := os.Stat(f); err != nil {
 				t.Errorf("installed file: %v", err)
 			}
 		}
 		img := w.regQuery(serviceKey, "ImagePath")
-		for _, want := range []string{`crossproxy.exe run --windows-service --config "C:\ProgramData\crossproxy\config.yaml"`,
+		for _, want := range []string{`crossproxy.exe service run -- --config "C:\ProgramData\crossproxy\config.yaml"`,
 			`--network-name "crossproxy-test"`, "--hostname-override node-a", "--cluster-cidr 10.244.0.0/16", `--manifests=C:\crossproxy-test`} {
 			if !strings.Contains(img, want) {
 				t.Errorf("service ImagePath %q lacks %q", img, want)
@@ -351,7 +454,8 @@ func TestMSIUnderWine(t *testing.T) {
 		if v := w.regQuery(serviceKey, "Start"); v != "0x2" {
 			t.Errorf("service start type %q, want automatic (0x2)", v)
 		}
-		w.waitRunning()
+		pid = w.waitRunning(1)
+		livez(t)
 	})
 	if t.Failed() {
 		return
@@ -376,12 +480,20 @@ func TestMSIUnderWine(t *testing.T) {
 			t.Errorf("config.yaml after upgrade lost the admin's edit (err %v):\n%s", err, b)
 		}
 		img := w.regQuery(serviceKey, "ImagePath")
-		for _, want := range []string{`--network-name "crossproxy-test"`, "--hostname-override node-a", `--manifests=C:\crossproxy-test`} {
+		for _, want := range []string{`--network-name "crossproxy-test"`, "--hostname-override node-a", `--manifests=C:\crossproxy-test`, fmt.Sprintf("--healthz-bind-address=127.0.0.1:%d", healthz)} {
 			if !strings.Contains(img, want) {
 				t.Errorf("service ImagePath after upgrade %q lacks remembered %q", img, want)
 			}
 		}
-		w.waitRunning()
+		if next := w.waitRunning(2); next == pid {
+			t.Errorf("service process %d survived the upgrade: the old binary was not stopped and restarted", pid)
+		} else {
+			pid = next
+		}
+		if _, err := os.Stat(exePath); err != nil {
+			t.Errorf("upgrade did not keep the install directory given at the first install: %v", err)
+		}
+		livez(t)
 	})
 	if t.Failed() {
 		return
@@ -393,7 +505,9 @@ func TestMSIUnderWine(t *testing.T) {
 		if v := w.regQuery(`HKLM\SOFTWARE\crossproxy`, "Version"); v != "0.0.2" {
 			t.Errorf("version after a refused downgrade %q, want 0.0.2", v)
 		}
-		w.waitRunning()
+		if now := w.servicePID(); now != pid {
+			t.Errorf("service process changed from %d to %d by a refused downgrade", pid, now)
+		}
 	})
 
 	t.Run("uninstall", func(t *testing.T) {
@@ -401,6 +515,12 @@ func TestMSIUnderWine(t *testing.T) {
 		w.msiexec(0, "/x", win(v2))
 		if s := w.serviceState(); s != "" {
 			t.Errorf("service still registered after uninstall: %s", s)
+		}
+		if now := w.servicePID(); now != 0 {
+			t.Errorf("service process %d still running after uninstall", now)
+		}
+		if !strings.Contains(w.serviceLog(), "stopped; load balancers left in place") {
+			t.Errorf("no clean stop in the service log:\n%s", tail(w.serviceLog(), 20))
 		}
 		if _, err := os.Stat(exePath); !os.IsNotExist(err) {
 			t.Errorf("%s after uninstall: %v, want it gone", exePath, err)
@@ -414,7 +534,18 @@ func TestMSIUnderWine(t *testing.T) {
 	})
 }
 
+// testServiceYAML is standalone mode's input: this node (it must be there) and
+// one Service with one endpoint on another node.
 const testServiceYAML = `apiVersion: v1
+kind: Node
+metadata:
+  name: node-a
+  labels: {kubernetes.io/os: windows}
+status:
+  addresses:
+  - {type: InternalIP, address: 10.0.0.11}
+---
+apiVersion: v1
 kind: Service
 metadata:
   name: web

@@ -130,7 +130,7 @@ func TestInstallPS1MatchesMSI(t *testing.T) {
 		if strings.HasPrefix(r[0], "Args") && r[0] != "ArgsBase" {
 			gotTargets = append(gotTargets, r[3])
 		}
-		if r[0] == "ArgsBase" && !strings.Contains(r[3], `run --windows-service --config "`) {
+		if r[0] == "ArgsBase" && !strings.Contains(r[3], `service run -- --config "`) {
 			t.Errorf("MSI ArgsBase %q", r[3])
 		}
 	}
@@ -161,8 +161,10 @@ func TestInstallPS1MatchesMSI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(src), `'"{0}" run --windows-service --config "{1}"'`) {
-		t.Error("install.ps1's service command line does not start like the MSI's (run --windows-service --config)")
+	for _, want := range []string{`$runArgs = @('--config', $ConfigPath)`, `@('service', 'install', '--name', $ServiceName, '--binary', $target, '--') + $runArgs`} {
+		if !strings.Contains(string(src), want) {
+			t.Errorf("install.ps1 does not register the service like the MSI (service run -- --config ...): %s missing", want)
+		}
 	}
 }
 
