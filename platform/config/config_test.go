@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/crossproxy/crossproxy/core"
 )
@@ -202,5 +203,37 @@ func TestLoadNamesFile(t *testing.T) {
 	}
 	if _, err := Load(p, "linux"); err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "mode") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// TestInstallerConfigMapsLoad parses the config.yaml the DaemonSets mount
+// from the shipped ConfigMaps.
+func TestInstallerConfigMapsLoad(t *testing.T) {
+	for goos, path := range map[string]string{
+		"linux":   "../../installer/linux/configmap.yaml",
+		"windows": "../../installer/windows/configmap.yaml",
+	} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("shipped ConfigMap %s: %v", path, err)
+		}
+		var cm struct {
+			Data map[string]string `json:"data"`
+		}
+		if err := yaml.Unmarshal(data, &cm); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		doc, ok := cm.Data["config.yaml"]
+		if !ok {
+			t.Fatalf("%s has no data.config.yaml", path)
+		}
+		c, err := Parse([]byte(doc), goos)
+		if err != nil {
+			t.Errorf("%s data.config.yaml does not load: %v", path, err)
+			continue
+		}
+		if c.Kubeconfig != "" {
+			t.Errorf("%s: a DaemonSet must use in-cluster credentials, kubeconfig is %q", path, c.Kubeconfig)
+		}
 	}
 }
