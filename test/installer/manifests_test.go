@@ -2,6 +2,8 @@ package installer
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -11,6 +13,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/crossproxy/crossproxy/platform/config"
 )
 
 // bundle is one OS's manifests decoded strictly (unknown or duplicate fields fail).
@@ -84,7 +88,7 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 	want := map[string][]string{
 		"/services":                       {"list", "watch"},
 		"discovery.k8s.io/endpointslices": {"list", "watch"},
-		"/nodes":                          {"get", "list", "watch"},
+		"/nodes":                          {"list", "watch"},
 		"/events":                         {"create", "patch"},
 		"events.k8s.io/events":            {"create", "patch"},
 	}
@@ -305,5 +309,45 @@ func checkWindowsHostProcess(t *testing.T, ds *appsv1.DaemonSet) {
 	}
 	if c.SecurityContext != nil && c.SecurityContext.Capabilities != nil {
 		t.Error("windows container has Linux capabilities")
+	}
+}
+
+// TestShippedConfigsLoad loads every config file installer/ ships with
+// crossproxy's own loader, for the OS it is meant for: each must be valid and
+// use no field crossproxy would ignore (the start would warn about it).
+func TestShippedConfigsLoad(t *testing.T) {
+	files := map[string]string{
+		filepath.Join("linux", "config.yaml"):   "linux",
+		filepath.Join("windows", "config.yaml"): "windows",
+	}
+	data := map[string][]byte{}
+	for f := range files {
+		b, err := os.ReadFile(filepath.Join(RepoRoot(), "installer", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data[f] = b
+	}
+	for _, osName := range []string{"linux", "windows"} {
+		b := loadBundle(t, osName)
+		key := "ConfigMap " + b.configMap.Name
+		files[key] = osName
+		data[key] = []byte(b.configMap.Data["config.yaml"])
+	}
+	for name, goos := range files {
+		cfg, err := config.Parse(data[name], goos)
+		if err == nil {
+			err = cfg.Validate(goos)
+		}
+		if err != nil {
+			t.Errorf("%s (%s): %v", name, goos, err)
+			continue
+		}
+		if len(cfg.Ignored) > 0 {
+			t.Errorf("%s (%s): fields crossproxy ignores: %v", name, goos, cfg.Ignored)
+		}
+		if cfg.HealthzBindAddress == "" || !strings.HasSuffix(cfg.HealthzBindAddress, ":10256") {
+			t.Errorf("%s: healthz on %q, the probes and docs use port 10256", name, cfg.HealthzBindAddress)
+		}
 	}
 }
