@@ -42,10 +42,10 @@ func (c Config) table() string {
 // chain reachable from the table's base chains, so a partial sync costs in
 // proportion to the size of the table it touches; Services are spread over
 // tables of at most a few hundred ports. Each shard adds one base-chain lookup
-// to a connection's first packet, hence the cap.
+// to a connection's first packet (about 1.5% each), hence the cap.
 const (
 	maxPortsPerShard = 256
-	maxShards        = 32
+	maxShards        = 16
 )
 
 // ShardCount is the number of shard tables for n Service ports.
