@@ -43,6 +43,18 @@ kind: Deployment
 metadata: {name: other}
 `
 
+// tempDir is t.TempDir without its failing cleanup under Wine 8, where
+// os.RemoveAll does not work: these tests also run as Windows binaries there.
+func tempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "manifest-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
 func write(t *testing.T, dir, name, data string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
@@ -53,7 +65,7 @@ func write(t *testing.T, dir, name, data string) string {
 }
 
 func TestLoadDirectory(t *testing.T) {
-	dir := t.TempDir()
+	dir := tempDir(t)
 	write(t, dir, "a.yaml", objects)
 	write(t, dir, "b.json", `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Node","metadata":{"name":"node-b"}}]}`)
 	write(t, dir, "ignored.txt", "not a manifest")
@@ -133,7 +145,7 @@ func (r *recorder) DeleteSlice(s *discovery.EndpointSlice) {
 }
 
 func TestWatcherFeedsDifferencesAndKeepsObjectsOnBadFile(t *testing.T) {
-	dir := t.TempDir()
+	dir := tempDir(t)
 	p := write(t, dir, "objs.yaml", objects)
 	rec := &recorder{}
 	log := logrus.New()

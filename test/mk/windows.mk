@@ -9,7 +9,7 @@ WINDOWS_TEST_PKGS := ./platform_windows/... ./platform/... ./core/...
 # Tests skipped under Wine: they use t.TempDir, whose cleanup (os.RemoveAll) fails
 # under Wine 8 ("unlinkat: Invalid function": no FileDispositionInformationEx).
 # They run on Linux in test-unit; drop a name here once its test uses os.MkdirTemp.
-WINE_SKIP := ^(TestLoadNamesFile|TestLoadDirectory|TestWatcherFeedsDifferencesAndKeepsObjectsOnBadFile)$$
+WINE_SKIP := ^(TestLoadNamesFile)$$
 
 TEST_SUITES += test-windows
 BENCH_SUITES += bench-windows
