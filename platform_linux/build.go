@@ -270,7 +270,11 @@ type portBuilder struct {
 }
 
 // BuildPort computes the objects of one Service port; cfg.Shards must be set.
+// Addresses of the wrong family or invalid ones (which the core should never
+// produce) are left out rather than written: the kernel would refuse the
+// whole batch, and every other Service with it.
 func BuildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *PortObjects {
+	p = sanitize(p)
 	f := p.Key.Family
 	hash, shard := portHash(p.Key, cfg.Shards)
 	b := &portBuilder{p: p, det: det, o: &PortObjects{Key: p.Key, ClusterIP: p.ClusterIP, Shard: shard}, aff: map[string]bool{}}
@@ -366,6 +370,55 @@ func BuildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *Por
 		}
 	}
 	return b.o
+}
+
+// sanitize returns p, or a copy without frontends, endpoints and source
+// ranges whose address is invalid or of another family.
+func sanitize(p *core.ServicePort) *core.ServicePort {
+	v6 := p.Key.Family == v1.IPv6Protocol
+	ok := func(a netip.Addr) bool { return a.IsValid() && a.Is6() == v6 && !a.Is4In6() }
+	clean := true
+	for _, fe := range p.Frontends {
+		clean = clean && ok(fe.Addr)
+	}
+	for _, set := range [][]core.Endpoint{p.ClusterEndpoints, p.LocalEndpoints} {
+		for _, e := range set {
+			clean = clean && ok(e.Addr)
+		}
+	}
+	for _, r := range p.SourceRanges {
+		clean = clean && ok(r.Addr())
+	}
+	if clean {
+		return p
+	}
+	c := *p
+	c.Frontends = nil
+	for _, fe := range p.Frontends {
+		if ok(fe.Addr) {
+			c.Frontends = append(c.Frontends, fe)
+		}
+	}
+	keep := func(eps []core.Endpoint) []core.Endpoint {
+		var out []core.Endpoint
+		for _, e := range eps {
+			if ok(e.Addr) {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	c.ClusterEndpoints, c.LocalEndpoints = keep(p.ClusterEndpoints), keep(p.LocalEndpoints)
+	c.SourceRanges = nil
+	for _, r := range p.SourceRanges {
+		if ok(r.Addr()) {
+			c.SourceRanges = append(c.SourceRanges, r)
+		}
+	}
+	if !ok(c.ClusterIP) {
+		c.ClusterIP = netip.Addr{}
+	}
+	return &c
 }
 
 // body spreads new connections over eps: optional affinity lookups, then a
