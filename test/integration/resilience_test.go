@@ -117,3 +117,38 @@ func TestProxyRestartKeepsTraffic(t *testing.T) {
 		t.Logf("ruleset changed across the restart (same objects):\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 }
+
+// TestProxyStartsWhileAPIServerDown: a proxy that starts while the API server
+// is unreachable leaves the rules of its predecessor in force (no flush
+// before the first complete listing) and syncs once the API is back.
+func TestProxyStartsWhileAPIServerDown(t *testing.T) {
+	e := newEnv(t)
+	e.startProxy()
+	svc := e.service("web")
+	slice := e.createSlice(e.endpointSlice("web", "web-1", backendAddrs[0]))
+	e.lab.waitBackends(t, addr(svc), backendAddrs[0])
+
+	e.proxy.stop()
+	if err := e.api.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	e.startProxy()
+	for i := range 20 {
+		if b, err := e.lab.backendOf(addr(svc)); err != nil || b != backendAddrs[0] {
+			t.Fatalf("connection %d with the new proxy waiting for the API: backend %q err %v", i, b, err)
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+	select {
+	case <-e.proxy.done:
+		t.Fatalf("crossproxy exited while the API server was down: %v", e.proxy.err)
+	default:
+	}
+	if err := e.api.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	slice.Endpoints = e.endpointSlice("web", "web-1", backendAddrs[1]).Endpoints
+	e.updateSlice(slice)
+	e.lab.waitBackends(t, addr(svc), backendAddrs[1])
+	waitHTTP(t, "http://"+e.health+"/healthz", 200)
+}
