@@ -8,6 +8,7 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
 )
 
 // ruleEncoder writes NEWRULE messages itself, reusing the encoded form of
@@ -79,52 +80,98 @@ func (e *ruleEncoder) stmt(s Stmt) ([]byte, error) {
 // dnat encodes the two immediate loads by hand and reuses the encoded NAT
 // expression, which is the same for every endpoint of a family.
 func (e *ruleEncoder) dnat(d DNAT) ([]byte, error) {
-	natKey := DNAT{Family: d.Family}
-	nat, ok := e.cache[natKey]
-	if !ok {
-		data, err := expr.Marshal(unix.NFPROTO_INET, &expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(nfproto(d.Family)),
-			RegAddrMin: reg1, RegProtoMin: reg2, Specified: true})
-		if err != nil {
-			return nil, fmt.Errorf("encode dnat: %w", err)
-		}
-		nat = appendAttr(nil, unix.NLA_F_NESTED|unix.NFTA_LIST_ELEM, data)
-		e.cache[natKey] = nat
+	nat, err := e.natExpr(d.Family)
+	if err != nil {
+		return nil, err
 	}
-	b := make([]byte, 0, 2*48+len(nat))
-	b = appendImmediate(b, reg1, d.To.Addr().AsSlice())
+	addr := d.To.Addr().AsSlice()
+	b := make([]byte, 0, immediateLen(len(addr))+immediateLen(2)+len(nat))
+	b = appendImmediate(b, reg1, addr)
 	b = appendImmediate(b, reg2, []byte{byte(d.To.Port() >> 8), byte(d.To.Port())})
 	return append(b, nat...), nil
 }
 
+func (e *ruleEncoder) natExpr(f v1.IPFamily) ([]byte, error) {
+	key := DNAT{Family: f}
+	if nat, ok := e.cache[key]; ok {
+		return nat, nil
+	}
+	data, err := expr.Marshal(unix.NFPROTO_INET, &expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(nfproto(f)),
+		RegAddrMin: reg1, RegProtoMin: reg2, Specified: true})
+	if err != nil {
+		return nil, fmt.Errorf("encode dnat: %w", err)
+	}
+	nat := appendAttr(nil, unix.NLA_F_NESTED|unix.NFTA_LIST_ELEM, data)
+	e.cache[key] = nat
+	return nat, nil
+}
+
 var immediateName = []byte("immediate\x00")
 
-// appendImmediate appends an "immediate" expression loading data into reg.
+func align4(n int) int { return (n + 3) &^ 3 }
+
+// immediateLen is the encoded size of an immediate expression of n data bytes.
+func immediateLen(n int) int {
+	value := 4 + align4(n)                            // NFTA_DATA_VALUE
+	body := 8 + 4 + value                             // NFTA_IMMEDIATE_DREG, NFTA_IMMEDIATE_DATA
+	elem := 4 + align4(len(immediateName)) + 4 + body // NFTA_EXPR_NAME, NFTA_EXPR_DATA
+	return 4 + elem                                   // NFTA_LIST_ELEM
+}
+
+func appendHdr(b []byte, length int, typ uint16) []byte {
+	var h [4]byte
+	binary.NativeEndian.PutUint16(h[0:2], uint16(length))
+	binary.NativeEndian.PutUint16(h[2:4], typ)
+	return append(b, h[:]...)
+}
+
+func pad4(b []byte) []byte {
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// appendImmediate appends an "immediate" expression loading data into reg,
+// written in place (one per endpoint and rule: the hot path of a full sync).
 func appendImmediate(b []byte, reg uint32, data []byte) []byte {
-	var r [4]byte
-	binary.BigEndian.PutUint32(r[:], reg)
-	value := appendAttr(nil, unix.NFTA_DATA_VALUE, data)
-	body := appendAttr(nil, unix.NFTA_IMMEDIATE_DREG, r[:])
-	body = appendAttr(body, unix.NLA_F_NESTED|unix.NFTA_IMMEDIATE_DATA, value)
-	elem := appendAttr(nil, unix.NFTA_EXPR_NAME, immediateName)
-	elem = appendAttr(elem, unix.NLA_F_NESTED|unix.NFTA_EXPR_DATA, body)
-	return appendAttr(b, unix.NLA_F_NESTED|unix.NFTA_LIST_ELEM, elem)
+	n := immediateLen(len(data))
+	value := 4 + len(data)
+	body := 8 + 4 + align4(value)
+	b = appendHdr(b, n, unix.NLA_F_NESTED|unix.NFTA_LIST_ELEM)
+	b = appendHdr(b, 4+len(immediateName), unix.NFTA_EXPR_NAME)
+	b = pad4(append(b, immediateName...))
+	b = appendHdr(b, 4+body, unix.NLA_F_NESTED|unix.NFTA_EXPR_DATA)
+	b = appendHdr(b, 8, unix.NFTA_IMMEDIATE_DREG)
+	b = binary.BigEndian.AppendUint32(b, reg)
+	b = appendHdr(b, 4+align4(value), unix.NLA_F_NESTED|unix.NFTA_IMMEDIATE_DATA)
+	b = appendHdr(b, value, unix.NFTA_DATA_VALUE)
+	return pad4(append(b, data...))
 }
 
 // rule encodes one NEWRULE (append) message.
 func (e *ruleEncoder) rule(table, chain string, r Rule) (netlink.Message, error) {
-	var body []byte
+	var parts [8][]byte
+	stmts := parts[:0]
+	size := 0
 	for _, s := range r {
 		b, err := e.stmt(s)
 		if err != nil {
 			return netlink.Message{}, fmt.Errorf("rule %q of chain %s: %w", r, chain, err)
 		}
-		body = append(body, b...)
+		stmts = append(stmts, b)
+		size += len(b)
 	}
-	data := make([]byte, 0, 4+8+len(table)+len(chain)+8+len(body)+8)
+	data := make([]byte, 0, 4+2*4+align4(len(table)+1)+align4(len(chain)+1)+4+size)
 	data = append(data, unix.NFPROTO_INET, unix.NFNETLINK_V0, 0, 0)
-	data = appendAttr(data, unix.NFTA_RULE_TABLE, append([]byte(table), 0))
-	data = appendAttr(data, unix.NFTA_RULE_CHAIN, append([]byte(chain), 0))
-	data = appendAttr(data, unix.NLA_F_NESTED|unix.NFTA_RULE_EXPRESSIONS, body)
+	data = appendHdr(data, 4+len(table)+1, unix.NFTA_RULE_TABLE)
+	data = pad4(append(append(data, table...), 0))
+	data = appendHdr(data, 4+len(chain)+1, unix.NFTA_RULE_CHAIN)
+	data = pad4(append(append(data, chain...), 0))
+	data = appendHdr(data, 4+size, unix.NLA_F_NESTED|unix.NFTA_RULE_EXPRESSIONS)
+	for _, b := range stmts {
+		data = append(data, b...)
+	}
 	return netlink.Message{
 		Header: netlink.Header{
 			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWRULE),
