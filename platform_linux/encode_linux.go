@@ -181,12 +181,32 @@ func (e *ruleEncoder) rule(table, chain string, r Rule) (netlink.Message, error)
 	}, nil
 }
 
+// chainMessage encodes NEWCHAIN for a regular (not base) chain.
+func chainMessage(table, chain string) netlink.Message {
+	data := make([]byte, 0, 4+8+align4(len(table)+1)+align4(len(chain)+1))
+	data = append(data, unix.NFPROTO_INET, unix.NFNETLINK_V0, 0, 0)
+	data = appendHdr(data, 4+len(table)+1, unix.NFTA_CHAIN_TABLE)
+	data = pad4(append(append(data, table...), 0))
+	data = appendHdr(data, 4+len(chain)+1, unix.NFTA_CHAIN_NAME)
+	data = pad4(append(append(data, chain...), 0))
+	return netlink.Message{
+		Header: netlink.Header{
+			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWCHAIN),
+			Flags: netlink.Request | netlink.Create,
+		},
+		Data: data,
+	}
+}
+
 // encode turns a batch into netlink messages (batch begin and end included):
 // rules through the ruleEncoder, everything else through google/nftables.
 func (e *ruleEncoder) encode(batch *Batch) ([]netlink.Message, error) {
+	// Rules and regular chains (nearly all of a full sync) are encoded here;
+	// the rest goes through google/nftables.
+	mine := func(op Op) bool { return op.Kind == OpAddRule || op.Kind == OpAddChain && op.Chain.Hook == nil }
 	var other []Op
 	for _, op := range batch.Ops {
-		if op.Kind != OpAddRule {
+		if !mine(op) {
 			other = append(other, op)
 		}
 	}
@@ -201,9 +221,13 @@ func (e *ruleEncoder) encode(batch *Batch) ([]netlink.Message, error) {
 	msgs = append(msgs, captured[0])
 	next := 1
 	for _, op := range batch.Ops {
-		if op.Kind != OpAddRule {
+		if !mine(op) {
 			msgs = append(msgs, captured[next])
 			next++
+			continue
+		}
+		if op.Kind == OpAddChain {
+			msgs = append(msgs, chainMessage(op.Table, op.Chain.Name))
 			continue
 		}
 		m, err := e.rule(op.Table, op.Chain.Name, op.Rule)
