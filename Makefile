@@ -45,7 +45,7 @@ fuzz-short:
 	$(GO) test -run '^$$' -fuzz '^FuzzCompute$$' -fuzztime $(FUZZTIME) ./core/
 
 bench-core:
-	$(GO) test -run '^$$' -bench . -benchmem ./core/
+	$(GO) test -run '^$$' -bench . -benchmem ./core/ ./platform/
 
 bench:
 	@set -e; for t in $(BENCH_SUITES); do echo "== $$t"; $(MAKE) --no-print-directory $$t; done

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"io"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/crossproxy/crossproxy/core"
@@ -188,12 +192,27 @@ func TestRunnerRetriesFailureWithFullSync(t *testing.T) {
 
 func TestRunnerPeriodicFullSync(t *testing.T) {
 	b := &fakeBackend{}
-	r, _ := startRunner(t, RunnerConfig{MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: 150 * time.Millisecond}, b)
+	r, _ := startRunner(t, RunnerConfig{MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: time.Hour, FullSyncPeriod: 150 * time.Millisecond}, b)
 	r.Trigger()
 	s := waitSyncs(t, b, 3, 3*time.Second)
 	for i, ch := range s {
 		if !ch.Full {
-			t.Errorf("sync %d: periodic syncs must be full", i+1)
+			t.Errorf("sync %d: periodic full syncs must be full", i+1)
+		}
+	}
+}
+
+func TestRunnerPeriodicPartialSync(t *testing.T) {
+	b := &fakeBackend{}
+	r, _ := startRunner(t, RunnerConfig{MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: 100 * time.Millisecond, FullSyncPeriod: time.Hour}, b)
+	r.Trigger()
+	s := waitSyncs(t, b, 3, 3*time.Second)
+	if !s[0].Full {
+		t.Errorf("first sync must be full")
+	}
+	for i, ch := range s[1:] {
+		if ch.Full {
+			t.Errorf("sync %d: a sync every SyncPeriod without changes must stay partial until FullSyncPeriod", i+2)
 		}
 	}
 }
@@ -202,7 +221,7 @@ func TestRunnerStopLeavesRules(t *testing.T) {
 	b := &fakeBackend{}
 	src := &fakeSource{}
 	r := NewRunner(RunnerConfig{}, src, b, quietLog())
-	if got := r.Config(); got.MinSyncPeriod != time.Second || got.SyncPeriod != time.Hour {
+	if got := r.Config(); got.MinSyncPeriod != time.Second || got.SyncPeriod != 30*time.Second || got.FullSyncPeriod != time.Hour {
 		t.Fatalf("defaults: %+v", got)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -224,4 +243,107 @@ func TestRunnerStopLeavesRules(t *testing.T) {
 	if b.cleaned {
 		t.Fatal("shutdown must leave the rules in place")
 	}
+}
+
+// recyclingSource is a core.Tracker that counts the states it took back.
+type recyclingSource struct {
+	*core.Tracker
+	recycled int
+}
+
+func (s *recyclingSource) Recycle(st *core.NodeState) {
+	s.Tracker.Recycle(st)
+	if st.Ports == nil { // the Tracker took it
+		s.recycled++
+	}
+}
+
+func testService(name, ip string) *v1.Service {
+	return &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: v1.ServiceSpec{ClusterIP: ip, ClusterIPs: []string{ip},
+			Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}}},
+	}
+}
+
+func testSlice(svc string, addrs ...string) *discovery.EndpointSlice {
+	name, port, proto := "http", int32(8080), v1.ProtocolTCP
+	s := &discovery.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: svc + "-1", Labels: map[string]string{discovery.LabelServiceName: svc}},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       []discovery.EndpointPort{{Name: &name, Port: &port, Protocol: &proto}},
+	}
+	for _, a := range addrs {
+		s.Endpoints = append(s.Endpoints, discovery.Endpoint{Addresses: []string{a}})
+	}
+	return s
+}
+
+// TestRunnerRecyclesOnlyReleasedStates: the Runner hands the state before the
+// latest back to a recycling source, but never one an observer retains, and
+// a retained state keeps its contents while the Runner goes on.
+func TestRunnerRecyclesOnlyReleasedStates(t *testing.T) {
+	tr, err := core.NewTracker(core.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &recyclingSource{Tracker: tr}
+	tr.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	tr.UpsertService(testService("a", "10.96.0.1"))
+	tr.UpsertService(testService("b", "10.96.0.2"))
+	r := NewRunner(RunnerConfig{}, src, &fakeBackend{}, quietLog())
+	retainNext := false
+	var kept *core.NodeState
+	var release func()
+	r.OnSync(func(res SyncResult) {
+		if retainNext {
+			kept, release = res.State, res.Retain()
+			retainNext = false
+		}
+	})
+	step := func(addr string) *core.NodeState {
+		tr.UpsertSlice(testSlice("a", addr))
+		return r.syncOnce(context.Background(), nil).State
+	}
+	first := step("10.0.0.1")
+	step("10.0.0.2")
+	if src.recycled != 0 {
+		t.Fatalf("recycled %d states with only two syncs; the latest is still the source's", src.recycled)
+	}
+	step("10.0.0.3")
+	if src.recycled != 1 || first.Ports != nil {
+		t.Fatalf("recycled %d states; want the first one back (its Ports %v)", src.recycled, first.Ports)
+	}
+	retainNext = true
+	step("10.0.0.4") // recycles the second state
+	want := endpointsOf(kept)
+	step("10.0.0.5") // recycles the third; the retained state is now the one before the latest
+	n := src.recycled
+	step("10.0.0.6")
+	if n != 3 || src.recycled != n || kept.Ports == nil {
+		t.Fatalf("recycled %d then %d states; the retained one must not be", n, src.recycled)
+	}
+	if got := endpointsOf(kept); !slices.Equal(got, want) {
+		t.Fatalf("retained state changed under its reader: %v, want %v", got, want)
+	}
+	release()
+	release() // twice: harmless
+	step("10.0.0.7")
+	step("10.0.0.8")
+	if src.recycled != n+2 {
+		t.Fatalf("recycled %d states after the release, want %d", src.recycled, n+2)
+	}
+	if len(r.holds) != 0 {
+		t.Fatalf("holds left: %v", r.holds)
+	}
+}
+
+func endpointsOf(st *core.NodeState) []string {
+	var out []string
+	for _, p := range st.SortedPorts() {
+		for _, e := range p.ClusterEndpoints {
+			out = append(out, p.Key.String()+" "+e.AddrPort().String())
+		}
+	}
+	return out
 }

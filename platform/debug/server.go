@@ -45,24 +45,45 @@ type Handler struct {
 	mu    sync.RWMutex
 	state *core.NodeState
 	sync  uint64
+	// retain and release hold state against the runner's recycling
+	// (platform.SyncResult.Retain): release drops the Handler's own hold,
+	// retain adds one for a request that reads state.
+	retain  func() func()
+	release func()
 }
 
 // Observe records the state of each successful sync; register it with
 // Runner.OnSync. A failed sync keeps the previous state: its rules are the
-// ones still in force.
+// ones still in force. The state is retained until a later successful sync
+// replaces it, and every request retains the state it reads until it is done,
+// so the runner never reuses memory a request still reads.
 func (h *Handler) Observe(res platform.SyncResult) {
 	if res.Err != nil || res.State == nil {
 		return
 	}
+	retain := res.Retain
+	if retain == nil {
+		retain = func() func() { return func() {} }
+	}
+	release := retain()
 	h.mu.Lock()
-	h.state, h.sync = res.State, res.ID
+	old := h.release
+	h.state, h.sync, h.retain, h.release = res.State, res.ID, retain, release
 	h.mu.Unlock()
+	if old != nil {
+		old()
+	}
 }
 
-func (h *Handler) lastState() (*core.NodeState, uint64) {
+// lastState returns the last successful sync's state and a func the caller
+// must call once it stops reading the state.
+func (h *Handler) lastState() (*core.NodeState, uint64, func()) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	return h.state, h.sync
+	if h.state == nil {
+		return nil, h.sync, func() {}
+	}
+	return h.state, h.sync, h.retain()
 }
 
 // Report builds the explain report of svc as this proxy sees it.
@@ -71,7 +92,8 @@ func (h *Handler) Report(ctx context.Context, svc types.NamespacedName) *explain
 	if h.Objects != nil {
 		in.Object, in.Slices = h.Objects.Objects(svc)
 	}
-	st, id := h.lastState()
+	st, id, done := h.lastState()
+	defer done()
 	if st == nil {
 		in.StateUnavailable = "the proxy has not finished its first sync"
 	}
@@ -101,7 +123,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case ExplainPath:
 		h.serveExplain(w, r)
 	case StatePath:
-		st, id := h.lastState()
+		st, id, done := h.lastState()
+		defer done()
 		if st == nil {
 			http.Error(w, "no successful sync yet", http.StatusServiceUnavailable)
 			return

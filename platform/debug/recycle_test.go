@@ -1,0 +1,198 @@
+package debug
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/platform"
+)
+
+// countingTracker is a core.Tracker that counts the states it took back.
+type countingTracker struct {
+	*core.Tracker
+	recycled atomic.Int64
+}
+
+func (c *countingTracker) Recycle(st *core.NodeState) {
+	c.Tracker.Recycle(st)
+	if st.Ports == nil {
+		c.recycled.Add(1)
+	}
+}
+
+// readingBackend reads every port of every state, as a full sync does.
+type readingBackend struct{ fakeBackend }
+
+func (b *readingBackend) Sync(_ context.Context, st *core.NodeState, _ core.Changes) error {
+	n := 0
+	for _, p := range st.Ports {
+		n += len(p.ClusterEndpoints)
+	}
+	_ = n
+	return nil
+}
+
+// TestRecycleWithDebugReaders runs the real Runner, Tracker and debug Handler
+// while slices change every millisecond and requests read the last synced
+// state: the Runner recycles states (Tracker.Recycle), yet never one the
+// Handler or a request still reads. Run it with -race: a recycled map that a
+// reader still iterates is a data race (and often a runtime fatal error).
+func TestRecycleWithDebugReaders(t *testing.T) {
+	const services = 50
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.0.1"}}}}
+	opts := core.Options{IPFamilies: []v1.IPFamily{v1.IPv4Protocol}}
+	tr, err := core.NewTracker(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &countingTracker{Tracker: tr}
+	store := NewStore(tr)
+	store.SetNode(node)
+	svcs := make([]*v1.Service, services)
+	slices := make([]*discovery.EndpointSlice, services)
+	for i := range svcs {
+		ip := fmt.Sprintf("10.96.0.%d", i+1)
+		svcs[i] = &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("s%d", i)}, Spec: v1.ServiceSpec{
+			ClusterIP: ip, ClusterIPs: []string{ip},
+			Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}}}}
+		store.UpsertService(svcs[i])
+	}
+	slice := func(i, gen int) *discovery.EndpointSlice {
+		s := &discovery.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("s%d-1", i), Labels: map[string]string{discovery.LabelServiceName: fmt.Sprintf("s%d", i)}},
+			AddressType: discovery.AddressTypeIPv4,
+			Ports:       []discovery.EndpointPort{{Name: ptr("http"), Port: ptr[int32](8080), Protocol: ptr(v1.ProtocolTCP)}},
+		}
+		for j := range 1 + gen%3 {
+			s.Endpoints = append(s.Endpoints, discovery.Endpoint{Addresses: []string{fmt.Sprintf("10.244.%d.%d", i, j+1)}, NodeName: ptr("n1")})
+		}
+		return s
+	}
+	for i := range slices {
+		slices[i] = slice(i, 0)
+		store.UpsertSlice(slices[i])
+	}
+
+	runner := platform.NewRunner(platform.RunnerConfig{MinSyncPeriod: time.Millisecond, SyncPeriod: time.Hour}, src, &readingBackend{}, quiet())
+	h := &Handler{NodeName: "n1", Objects: store, Backend: &fakeBackend{err: platform.ErrUnsupported}, Log: quiet()}
+	runner.OnSync(h.Observe)
+	synced := make(chan struct{}, 1)
+	runner.OnSync(func(platform.SyncResult) {
+		select {
+		case synced <- struct{}{}:
+		default:
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = runner.Run(ctx) }()
+	runner.Trigger()
+	<-synced
+
+	stop := make(chan struct{})
+	var readers sync.WaitGroup
+	errs := make(chan error, 10)
+	// A slow reader walks the whole map with pauses, as a long request does.
+	readers.Add(1)
+	go func() {
+		defer readers.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			st, _, done := h.lastState()
+			n := 0
+			for k, p := range st.Ports {
+				if p.Key != k {
+					errs <- fmt.Errorf("port %v filed under %v", p.Key, k)
+				}
+				if n++; n%10 == 0 {
+					time.Sleep(200 * time.Microsecond)
+				}
+			}
+			done()
+			if n != services {
+				errs <- fmt.Errorf("a retained state had %d ports, want %d", n, services)
+				return
+			}
+		}
+	}()
+	// Requests through the HTTP handler: the whole state, and one Service.
+	readers.Add(1)
+	go func() {
+		defer readers.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, StatePath, nil))
+			var st core.NodeState
+			if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || len(st.Ports) != services {
+				errs <- fmt.Errorf("state request: %d ports, %v", len(st.Ports), err)
+				return
+			}
+			h.Report(context.Background(), types.NamespacedName{Namespace: "default", Name: fmt.Sprintf("s%d", i%services)})
+		}
+	}()
+
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for gen := 1; time.Now().Before(deadline); gen++ {
+		i := gen % services
+		slices[i] = slice(i, gen)
+		store.UpsertSlice(slices[i])
+		runner.Trigger()
+		time.Sleep(200 * time.Microsecond)
+	}
+	close(stop)
+	readers.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// The recycled path must reach Compute's state of the final objects.
+	want, err := core.Compute(opts, node, svcs, slices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wj, _ := json.Marshal(want)
+	var gj []byte
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		runner.Trigger()
+		got, _, done := h.lastState()
+		gj, _ = json.Marshal(got)
+		done()
+		if string(gj) == string(wj) {
+			break
+		}
+	}
+	cancel()
+	wg.Wait()
+	if string(wj) != string(gj) {
+		t.Fatalf("last synced state differs from Compute of the final objects:\n got %s\nwant %s", gj, wj)
+	}
+	if src.recycled.Load() == 0 {
+		t.Fatal("the runner never recycled a state; the test proved nothing")
+	}
+	t.Logf("%d states recycled", src.recycled.Load())
+}
