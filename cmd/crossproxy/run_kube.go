@@ -114,6 +114,9 @@ func (rk *runKube) apply(changed func(flag string) bool, ro *runOptions) (notes 
 	if changed("sync-period") {
 		cfg.Runner.SyncPeriod = ro.runner.SyncPeriod
 	}
+	if changed("full-sync-period") {
+		cfg.Runner.FullSyncPeriod = ro.runner.FullSyncPeriod
+	}
 	if changed("min-sync-period") {
 		cfg.Runner.MinSyncPeriod = ro.runner.MinSyncPeriod
 	}

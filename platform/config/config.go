@@ -121,7 +121,7 @@ func Default(goos string) Config {
 		MetricsBindAddress: "127.0.0.1:" + strconv.Itoa(defaultMetricsPort),
 		LogFormat:          "text",
 		LogLevel:           "info",
-		Runner:             platform.RunnerConfig{SyncPeriod: 30 * time.Second, MinSyncPeriod: time.Second},
+		Runner:             platform.RunnerConfig{SyncPeriod: 30 * time.Second, FullSyncPeriod: time.Hour, MinSyncPeriod: time.Second},
 		Backend:            platform.BackendConfig{TableName: "crossproxy"},
 	}
 	c.Core.IPFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
@@ -230,6 +230,9 @@ func (c *Config) Validate(goos string) error {
 		errs = append(errs, &FieldError{Field: "syncPeriod", Value: c.Runner.SyncPeriod.String(), Reason: "must be greater than 0"})
 	} else if c.Runner.MinSyncPeriod > c.Runner.SyncPeriod {
 		errs = append(errs, &FieldError{Field: "minSyncPeriod", Value: c.Runner.MinSyncPeriod.String(), Reason: "must not be longer than syncPeriod " + c.Runner.SyncPeriod.String()})
+	}
+	if c.Runner.FullSyncPeriod < 0 {
+		errs = append(errs, &FieldError{Field: "fullSyncPeriod", Value: c.Runner.FullSyncPeriod.String(), Reason: "must not be negative"})
 	}
 	if c.ConfigSyncPeriod < 0 {
 		errs = append(errs, &FieldError{Field: "configSyncPeriod", Value: c.ConfigSyncPeriod.String(), Reason: "must not be negative"})

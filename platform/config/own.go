@@ -29,6 +29,7 @@ type crossproxyConfiguration struct {
 	NodePortAddresses  []string `json:"nodePortAddresses"`
 	MasqueradeAll      bool     `json:"masqueradeAll"`
 	SyncPeriod         duration `json:"syncPeriod"`
+	FullSyncPeriod     duration `json:"fullSyncPeriod"`
 	MinSyncPeriod      duration `json:"minSyncPeriod"`
 	ConfigSyncPeriod   duration `json:"configSyncPeriod"`
 	HealthzBindAddress *string  `json:"healthzBindAddress"`
@@ -78,6 +79,11 @@ func (o *crossproxyConfiguration) apply(c *Config, goos string) error {
 		return err
 	} else if ok {
 		c.Runner.SyncPeriod = d
+	}
+	if d, ok, err := o.FullSyncPeriod.parse("fullSyncPeriod"); err != nil {
+		return err
+	} else if ok {
+		c.Runner.FullSyncPeriod = d
 	}
 	if d, ok, err := o.MinSyncPeriod.parse("minSyncPeriod"); err != nil {
 		return err

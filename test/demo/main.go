@@ -255,7 +255,7 @@ func (d *demo) startProxies() error {
 			return err
 		}
 		args := []string{d.crossproxy, "run", "--hostname-override", n.Name, "--netns", "/run/netns/" + n.Name,
-			"--cluster-cidr", clusterCIDR, "--debug-address", addr, "--min-sync-period", "200ms", "--sync-period", syncPeriod.String()}
+			"--cluster-cidr", clusterCIDR, "--debug-address", addr, "--min-sync-period", "200ms", "--sync-period", syncPeriod.String(), "--full-sync-period", syncPeriod.String()}
 		if d.mode == "kube" {
 			args = append(args, "--kubeconfig", d.kubeconfig)
 		} else {
@@ -545,7 +545,7 @@ func (d *demo) tamper(ctx context.Context) {
 	lines := d.get(Prefix+"client", nodeB.V4+":30080", 1)
 	d.check(all(lines, func(s string) bool { return !strings.Contains(s, " saw ") }), "the NodePort on node b no longer answers")
 
-	say("waiting for the periodic full sync (--sync-period %s) to repair it", syncPeriod)
+	say("waiting for the periodic full sync (--full-sync-period %s) to repair it", syncPeriod)
 	t := time.Now()
 	for time.Since(t) < 3*syncPeriod && ctx.Err() == nil {
 		if rep, err := debug.Fetch(ctx, d.debugURL[nodeB], web); err == nil && rep.OK() {

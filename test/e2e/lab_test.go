@@ -221,6 +221,7 @@ func (l *lab) startProxy() {
 		"--manifest-poll-interval", "100ms",
 		"--min-sync-period", "50ms",
 		"--sync-period", "4s",
+		"--full-sync-period", "4s",
 		"--localhost-nodeports",
 		"--log-level", "debug")
 	cmd.Stdout, cmd.Stderr = logf, logf

@@ -179,6 +179,7 @@ func (e *env) startProxy(extra ...string) *proxy {
 		"--ip-families", "IPv4",
 		"--min-sync-period", "100ms",
 		"--sync-period", "10s",
+		"--full-sync-period", "10s",
 		"--healthz-bind-address", e.health,
 		"--metrics-bind-address", e.mport,
 		"--log-level", "debug",
