@@ -148,9 +148,15 @@ func checkInvariants(t *testing.T, st *NodeState) {
 		if p.Port == 0 {
 			t.Fatalf("%s: port 0", k)
 		}
+		claimed := map[netip.AddrPort]bool{}
 		for _, fe := range p.Frontends {
 			if !fe.Addr.IsValid() || familyOf(fe.Addr) != k.Family || fe.Port == 0 {
 				t.Fatalf("%s: bad frontend %v", k, fe)
+			}
+			if ap := netip.AddrPortFrom(fe.Addr, fe.Port); claimed[ap] {
+				t.Fatalf("%s: %s is the address:port of two frontends: %v", k, ap, p.Frontends)
+			} else {
+				claimed[ap] = true
 			}
 		}
 		for _, r := range p.SourceRanges {

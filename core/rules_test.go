@@ -506,6 +506,15 @@ func TestRule8LoadBalancer(t *testing.T) {
 			check: func(t *testing.T, st *NodeState) {
 				expectEq(t, "frontends", frontends(mustPort(t, st, httpV4("web")).Frontends), "ClusterIP 10.96.0.1:80")
 			}},
+		{name: "one address:port claimed twice keeps one frontend",
+			services: svcs(testService("web", loadBalancer("198.51.100.7"), sourceRanges("203.0.113.0/24"), externalIPs("10.96.0.1", "198.51.100.7", "203.0.113.9"))),
+			check: func(t *testing.T, st *NodeState) {
+				// The clusterIP and the load balancer (whose source ranges apply) win over ExternalIPs.
+				expectEq(t, "frontends", frontends(mustPort(t, st, httpV4("web")).Frontends),
+					"ClusterIP 10.96.0.1:80, NodePort 192.168.0.1:30080, ExternalIP 203.0.113.9:80, LoadBalancer 198.51.100.7:80")
+				expectProblem(t, st, "Service", "default/web", "spec.externalIPs", "ExternalIP 10.96.0.1:80/TCP is also this Service's ClusterIP frontend")
+				expectProblem(t, st, "Service", "default/web", "spec.externalIPs", "ExternalIP 198.51.100.7:80/TCP is also this Service's LoadBalancer frontend")
+			}},
 		{name: "LoadBalancer without node ports", services: svcs(testService("web", loadBalancer("198.51.100.7"), func(s *v1.Service) { s.Spec.Ports[0].NodePort = 0 })),
 			check: func(t *testing.T, st *NodeState) {
 				expectEq(t, "frontends", frontends(mustPort(t, st, httpV4("web")).Frontends), "ClusterIP 10.96.0.1:80, LoadBalancer 198.51.100.7:80")

@@ -116,7 +116,7 @@ func computeService(e *env, svc *v1.Service, list []*discovery.EndpointSlice) *s
 			continue
 		}
 		for _, p := range info.ports {
-			sp := buildPort(e, info, fam, cip, p, parsed[famIndex(fam)])
+			sp := buildPort(e, info, fam, cip, p, parsed[famIndex(fam)], sink)
 			res.ports = append(res.ports, sp)
 			for _, ep := range sp.LocalEndpoints {
 				if ep.Ready && localReady != nil {
@@ -266,7 +266,7 @@ func unmapBits(a netip.Addr) int {
 }
 
 // buildPort assembles one ServicePort of one family.
-func buildPort(e *env, info *svcInfo, fam v1.IPFamily, cip netip.Addr, p svcPort, parsed []*parsedSlice) *ServicePort {
+func buildPort(e *env, info *svcInfo, fam v1.IPFamily, cip netip.Addr, p svcPort, parsed []*parsedSlice, sink problemSink) *ServicePort {
 	sp := &ServicePort{
 		Key:                 PortKey{Service: info.nsn, PortName: p.name, Protocol: p.protocol, Family: fam},
 		ClusterIP:           cip,
@@ -290,6 +290,7 @@ func buildPort(e *env, info *svcInfo, fam v1.IPFamily, cip netip.Addr, p svcPort
 	}
 	sp.Frontends = appendFrontends(sp.Frontends, FrontendExternalIP, info.externalIPs, fam, p.port)
 	sp.Frontends = appendFrontends(sp.Frontends, FrontendLoadBalancer, info.lbIPs, fam, p.port)
+	sp.Frontends = uniqueFrontends(sp.Frontends, sp.Protocol, sink)
 	if !info.allOpen[famIndex(fam)] {
 		for _, r := range info.sourceRanges {
 			if familyOf(r.Addr()) == fam {
@@ -323,6 +324,48 @@ func appendFrontends(out []Frontend, kind FrontendKind, addrs []netip.Addr, fam 
 	added := out[start:]
 	slices.SortFunc(added, func(a, b Frontend) int { return a.Addr.Compare(b.Addr) })
 	return append(out[:start], slices.Compact(added)...)
+}
+
+// frontendRank orders the kinds that may claim one address:port: a ClusterIP
+// or NodePort is the node's own, and a load balancer address keeps its source
+// ranges, so each wins over the kinds after it.
+var frontendRank = map[FrontendKind]int{FrontendClusterIP: 0, FrontendNodePort: 1, FrontendLoadBalancer: 2, FrontendExternalIP: 3}
+
+// frontendField names the Service field a frontend kind comes from.
+var frontendField = map[FrontendKind]string{FrontendClusterIP: "spec.clusterIPs", FrontendNodePort: "spec.ports.nodePort",
+	FrontendLoadBalancer: "status.loadBalancer.ingress", FrontendExternalIP: "spec.externalIPs"}
+
+// uniqueFrontends keeps one frontend per address:port of a Service port. A
+// data plane maps a destination to one place: nftables refuses a whole batch
+// that maps one address:port two ways (an externalIP equal to the clusterIP,
+// or to a load balancer IP with source ranges), and HNS allows one load
+// balancer per frontend. The frontend of the lower-ranked kind is skipped
+// with a Problem; the order of the rest is kept.
+func uniqueFrontends(fes []Frontend, proto v1.Protocol, sink problemSink) []Frontend {
+	if len(fes) < 2 {
+		return fes
+	}
+	best := make(map[netip.AddrPort]Frontend, len(fes))
+	for _, f := range fes {
+		k := netip.AddrPortFrom(f.Addr, f.Port)
+		if b, ok := best[k]; !ok || frontendRank[f.Kind] < frontendRank[b.Kind] {
+			best[k] = f
+		}
+	}
+	if len(best) == len(fes) {
+		return fes
+	}
+	out := fes[:0]
+	for _, f := range fes {
+		b := best[netip.AddrPortFrom(f.Addr, f.Port)]
+		if b == f {
+			out = append(out, f)
+			continue
+		}
+		sink.add(frontendField[f.Kind], "%s %s/%s is also this Service's %s frontend; the %s frontend is skipped",
+			f.Kind, netip.AddrPortFrom(f.Addr, f.Port), proto, b.Kind, f.Kind)
+	}
+	return out
 }
 
 func comparePrefix(a, b netip.Prefix) int {
