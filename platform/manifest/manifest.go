@@ -68,9 +68,6 @@ func Load(paths ...string) (*Set, error) {
 	return set, nil
 }
 
-// Files lists the files Load would read for paths, so a watcher can follow them.
-func Files(paths ...string) ([]string, error) { return expand(paths) }
-
 func expand(paths []string) ([]string, error) {
 	var files []string
 	for _, p := range paths {
