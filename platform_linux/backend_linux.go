@@ -37,6 +37,7 @@ type Backend struct {
 	applied       *Applied // nil: the next sync is full
 	recreate      bool     // the last full sync failed: rebuild the table from scratch
 	sysctlChecked bool
+	staleUDP      []core.StaleEndpoint
 	stats         SyncStats
 	encoder       *ruleEncoder
 	lastEncode    time.Duration
@@ -111,6 +112,8 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 		b.checkSysctls(state.Families)
 		b.sysctlChecked = true
 	}
+	// Stale UDP endpoints of a failed sync are cleared after the next good one.
+	b.staleUDP = append(b.staleUDP, changes.StaleUDP...)
 	var err error
 	if changes.Full || b.applied == nil {
 		err = b.syncFull(state)
@@ -120,8 +123,9 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 	if err != nil {
 		return err
 	}
-	if len(changes.StaleUDP) > 0 {
-		n, cerr := b.conntrack.ClearStale(changes.StaleUDP)
+	if stale := b.staleUDP; len(stale) > 0 {
+		b.staleUDP = nil
+		n, cerr := b.conntrack.ClearStale(stale)
 		if cerr != nil {
 			b.log.WithError(cerr).Warn("clear conntrack entries of removed UDP endpoints")
 		} else if n > 0 {
