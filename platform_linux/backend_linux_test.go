@@ -180,3 +180,45 @@ func TestFailedBatchChangesNothing(t *testing.T) {
 		t.Errorf("a refused batch changed the table:\n%s", after)
 	}
 }
+
+type fakeConntrack struct{ cleared []core.StaleEndpoint }
+
+func (f *fakeConntrack) ClearStale(s []core.StaleEndpoint) (int, error) {
+	f.cleared = append(f.cleared, s...)
+	return len(s), nil
+}
+func (f *fakeConntrack) List(map[frontendKey]bool) ([]platform.Connection, error) { return nil, nil }
+
+// TestStaleUDPSurvivesAFailedSync: conntrack entries of a removed UDP endpoint
+// are cleared once the rules that no longer use it are in force, even when the
+// sync that reported it failed.
+func TestStaleUDPSurvivesAFailedSync(t *testing.T) {
+	ns := testNS(t)
+	b := newTestBackend(t, ns)
+	ct := &fakeConntrack{}
+	b.conntrack = ct
+	ctx := context.Background()
+	st := testState()
+	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	dns := key("default", "dns", "dns", "UDP", "IPv4")
+	p := *st.Ports[dns]
+	gone := p.ClusterEndpoints[0]
+	p.ClusterEndpoints = nil
+	st.Ports[dns] = &p
+	stale := core.StaleEndpoint{Key: dns, Frontends: p.Frontends, Endpoint: gone.AddrPort()}
+	nftIn(t, ns, "flush", "ruleset")
+	if err := b.Sync(ctx, st, core.Changes{Ports: map[core.PortKey]struct{}{dns: {}}, StaleUDP: []core.StaleEndpoint{stale}}); err == nil {
+		t.Fatal("partial sync into a flushed ruleset should fail")
+	}
+	if len(ct.cleared) != 0 {
+		t.Fatal("conntrack cleared while the old rules may still send to the endpoint")
+	}
+	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if len(ct.cleared) != 1 || ct.cleared[0].Endpoint != gone.AddrPort() {
+		t.Errorf("stale endpoint not cleared after the repairing sync: %+v", ct.cleared)
+	}
+}
