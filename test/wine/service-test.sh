@@ -97,6 +97,11 @@ done
 grep -q '"name": "web"' "$ledger" 2>/dev/null || fail "the sync loop did not program default/web (ledger: $(cat "$ledger" 2>/dev/null))"
 grep -q '"kind": "ClusterIP"' "$ledger" || fail "ledger lacks the ClusterIP load balancer"
 grep -q 'started as service' "$data/$name.log" || fail "no start entry in the log"
+# The ledger is written during the sync, the log line after it: wait for both.
+for _ in $(seq 1 50); do
+  grep -q 'rules in sync' "$data/$name.log" && break
+  sleep 0.2
+done
 grep -q 'rules in sync' "$data/$name.log" || fail "no sync in the log"
 
 # The running service follows changes: a second Service appears in the manifests.
