@@ -203,9 +203,17 @@ type winePrefix struct {
 func newWinePrefix(t *testing.T, dir string) *winePrefix {
 	t.Helper()
 	w := &winePrefix{t: t, dir: filepath.Join(dir, "wine")}
-	cmd := exec.Command("bash", filepath.Join(RepoRoot(), "test", "installer", "wine", "prefix.sh"), w.dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("wine prefix: %v\n%s", err, out)
+	// test/wine/wine-exec (the Windows suite's runner) creates the prefix and
+	// installs the bcryptprimitives.dll shim Go binaries need under Wine 8.
+	for _, args := range [][]string{
+		{filepath.Join(RepoRoot(), "test", "wine", "wine-exec"), "cmd", "/c", "exit", "0"},
+		{"wineserver", "-w"}, // let that server end before the persistent one starts
+	} {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Env = w.env()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("wine prefix: %v: %v\n%s", args, err, out)
+		}
 	}
 	// A persistent wineserver: otherwise Wine shuts the prefix down, services
 	// included, a moment after the last ordinary process (msiexec) exits.
