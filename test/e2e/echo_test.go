@@ -19,11 +19,16 @@ const (
 
 // runEchoServer answers every TCP connection and UDP datagram with
 // "<name> <source address as seen>", so tests see which endpoint answered and
-// whether the source was masqueraded.
+// whether the source was masqueraded. On every port but the first the name is
+// "<name>@<port>", so tests see which target port a connection reached.
 func runEchoServer() {
 	name := os.Getenv(echoEnv)
 	var wg sync.WaitGroup
-	for _, p := range strings.Split(os.Getenv(echoPortsEnv), ",") {
+	for i, p := range strings.Split(os.Getenv(echoPortsEnv), ",") {
+		name := name
+		if i > 0 {
+			name += "@" + p
+		}
 		tl, err := net.Listen("tcp", ":"+p)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "echo:", err)

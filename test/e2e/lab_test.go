@@ -30,6 +30,7 @@ import (
 // outside client reaches the node over its own link.
 const (
 	nodeName   = "node-a"
+	nodeZone   = "zone-a"
 	nodeV4     = "192.168.50.1"
 	nodeV6     = "fd00:50::1"
 	extV4      = "192.168.50.2"
@@ -284,7 +285,7 @@ func (l *lab) setNode() {
 	defer l.mu.Unlock()
 	l.objects["node"] = &v1.Node{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
-		ObjectMeta: metav1.ObjectMeta{Name: nodeName},
+		ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{v1.LabelTopologyZone: nodeZone}},
 		Spec:       v1.NodeSpec{PodCIDR: "10.244.0.0/24", PodCIDRs: []string{"10.244.0.0/24", "fd00:244::/64"}},
 		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{
 			{Type: v1.NodeInternalIP, Address: nodeV4}, {Type: v1.NodeInternalIP, Address: nodeV6}}},
@@ -315,6 +316,14 @@ type svcPort struct {
 type ep struct {
 	pod  string
 	node string
+	// port is the endpoint's target port (0: echoPort); endpoints on other
+	// ports go into a slice of their own, as the EndpointSlice controller does.
+	port int32
+	// state is "" (ready), "terminating" (serving and terminating) or
+	// "notready" (neither ready nor serving).
+	state string
+	// zone, when set, is the endpoint's zone and its forZones hint.
+	zone string
 }
 
 func backendByName(name string) (v4, v6 string) {
@@ -384,7 +393,11 @@ func (l *lab) putService(s svc, eps []ep) {
 	l.objects["svc/"+s.name] = obj
 	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		key := "slice/" + s.name + "/" + string(f)
-		delete(l.objects, key)
+		for k := range l.objects {
+			if k == key || strings.HasPrefix(k, key+"/") {
+				delete(l.objects, k)
+			}
+		}
 		has := false
 		for _, x := range fams {
 			has = has || x == f
@@ -403,30 +416,72 @@ func (l *lab) putService(s svc, eps []ep) {
 		if f == v1.IPv6Protocol {
 			sl.AddressType = discovery.AddressTypeIPv6
 		}
-		ready := true
+		byPort := map[int32]*discovery.EndpointSlice{echoPort: sl}
 		for _, e := range eps {
-			v4, v6 := backendByName(e.pod)
-			addr := v4
-			if f == v1.IPv6Protocol {
-				addr = v6
+			target := sl
+			if e.port != 0 && e.port != echoPort {
+				if byPort[e.port] == nil {
+					other := sl.DeepCopy()
+					other.Name = fmt.Sprintf("%s-%d", sl.Name, e.port)
+					other.Ports = nil
+					for _, p := range sl.Ports {
+						p.Port = &e.port
+						other.Ports = append(other.Ports, p)
+					}
+					other.Endpoints = []discovery.Endpoint{}
+					byPort[e.port] = other
+				}
+				target = byPort[e.port]
 			}
-			node := e.node
-			if node == "" {
-				node = nodeName
-			}
-			sl.Endpoints = append(sl.Endpoints, discovery.Endpoint{Addresses: []string{addr},
-				Conditions: discovery.EndpointConditions{Ready: &ready}, NodeName: &node})
+			target.Endpoints = append(target.Endpoints, e.endpoint(f))
 		}
-		l.objects[key] = sl
+		for port, s := range byPort {
+			if port == echoPort {
+				l.objects[key] = s
+			} else {
+				l.objects[fmt.Sprintf("%s/%d", key, port)] = s
+			}
+		}
 	}
+}
+
+// endpoint is e as an EndpointSlice endpoint of family f.
+func (e ep) endpoint(f v1.IPFamily) discovery.Endpoint {
+	v4, v6 := backendByName(e.pod)
+	addr := v4
+	if f == v1.IPv6Protocol {
+		addr = v6
+	}
+	node := e.node
+	if node == "" {
+		node = nodeName
+	}
+	ready, serving, terminating := true, true, false
+	switch e.state {
+	case "terminating":
+		ready, terminating = false, true
+	case "notready":
+		ready, serving = false, false
+	}
+	out := discovery.Endpoint{Addresses: []string{addr}, NodeName: &node,
+		Conditions: discovery.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &terminating}}
+	if e.zone != "" {
+		zone := e.zone
+		out.Zone = &zone
+		out.Hints = &discovery.EndpointHints{ForZones: []discovery.ForZone{{Name: e.zone}}}
+	}
+	return out
 }
 
 func (l *lab) deleteService(name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.objects, "svc/"+name)
-	delete(l.objects, "slice/"+name+"/IPv4")
-	delete(l.objects, "slice/"+name+"/IPv6")
+	for k := range l.objects {
+		if strings.HasPrefix(k, "slice/"+name+"/") {
+			delete(l.objects, k)
+		}
+	}
 }
 
 // flush writes every object to the manifest file atomically (write, rename).

@@ -41,8 +41,15 @@ func TestLinuxDataPlane(t *testing.T) {
 		ports: []svcPort{{name: "http", port: 80}}}, []ep{{pod: "b1"}, {pod: "b2"}, {pod: "b3"}, {pod: "b4"}})
 	l.setService(svc{name: "hair", clusterIPs: []string{"10.96.0.80"}, ports: []svcPort{{name: "http", port: 80}}}, []ep{{pod: "b1"}})
 	l.setService(svc{name: "v6only", clusterIPs: []string{"fd00:96::90"}, ports: []svcPort{{name: "http", port: 80}}}, []ep{{pod: "b2"}})
+	l.setService(svc{name: "term", clusterIPs: []string{"10.96.0.100"}, ports: []svcPort{{name: "http", port: 80}}},
+		[]ep{{pod: "b1", state: "notready"}, {pod: "b2", state: "terminating"}})
+	l.setService(svc{name: "tports", clusterIPs: []string{"10.96.0.110"}, ports: []svcPort{{name: "http", port: 80}}},
+		[]ep{{pod: "b1"}, {pod: "b2", port: echoPort + 1}})
+	l.setService(svc{name: "zonal", clusterIPs: []string{"10.96.0.120"}, ports: []svcPort{{name: "http", port: 80}}},
+		[]ep{{pod: "b1", zone: nodeZone}, {pod: "b2", zone: "zone-b", node: "node-b"}, {pod: "b3", zone: nodeZone}})
 	l.flush()
 	l.waitNFT("10.96.0.80", true)
+	l.waitNFT("10.96.0.120", true)
 
 	t.Run("Sysctls", func(t *testing.T) {
 		for _, s := range []string{"net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"} {
@@ -93,6 +100,48 @@ func TestLinuxDataPlane(t *testing.T) {
 			if counts[b] < 12 {
 				t.Errorf("endpoint %s got %d of 90 connections: %v", b, counts[b], counts)
 			}
+		}
+	})
+
+	// reached makes n connections to dst from the client pod and counts the
+	// answering endpoints.
+	reached := func(t *testing.T, dst string, n int) map[string]int {
+		t.Helper()
+		counts := map[string]int{}
+		for i := 0; i < n; i++ {
+			r, err := tcp(c1, "", dst, 2*time.Second)
+			if err != nil {
+				t.Fatalf("tcp %s: %v", dst, err)
+			}
+			counts[r.Backend]++
+		}
+		return counts
+	}
+
+	t.Run("TerminatingFallback", func(t *testing.T) {
+		// No endpoint is ready: the serving, terminating one takes the
+		// traffic; the one that is not serving gets none.
+		if got := reached(t, hostPort("10.96.0.100", 80), 20); got["b2"] != 20 {
+			t.Errorf("want all 20 connections on the serving-terminating b2, got %v", got)
+		}
+	})
+
+	t.Run("TargetPortPerEndpoint", func(t *testing.T) {
+		// One Service port, endpoints on different target ports (two slices):
+		// each endpoint is reached on its own port.
+		got := reached(t, hostPort("10.96.0.110", 80), 40)
+		want2 := fmt.Sprintf("b2@%d", echoPort+1)
+		if got["b1"] == 0 || got[want2] == 0 || len(got) != 2 {
+			t.Errorf("want b1 on %d and %s, got %v", echoPort, want2, got)
+		}
+	})
+
+	t.Run("TopologyHints", func(t *testing.T) {
+		// Every ready endpoint has a zone hint and some are for this node's
+		// zone: only those are used.
+		got := reached(t, hostPort("10.96.0.120", 80), 40)
+		if got["b2"] != 0 || got["b1"] == 0 || got["b3"] == 0 {
+			t.Errorf("want only the zone-a endpoints b1 and b3, got %v", got)
 		}
 	})
 
