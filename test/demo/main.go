@@ -528,8 +528,17 @@ func (d *demo) tamper(ctx context.Context) {
 		d.check(false, "next sync of %s: %v", nodeB.Name, err)
 		return
 	}
-	elem := fmt.Sprintf("{ %s . tcp . 30080 }", nodeB.V4)
-	args := inNS(nodeB.Name, "nft", "delete", "element", "inet", "crossproxy", "frontends-v4", elem)
+	// The frontend lives in one of crossproxy's shard tables (crossproxy-N):
+	// find which in the ruleset.
+	key := fmt.Sprintf("%s . tcp . 30080", nodeB.V4)
+	ruleset, err := sh(inNS(nodeB.Name, "nft", "list", "ruleset")...)
+	table := tableHolding(ruleset, key)
+	if err != nil || table == "" {
+		d.check(false, "find the table holding %s: %v", key, err)
+		return
+	}
+	elem := "{ " + key + " }"
+	args := inNS(nodeB.Name, "nft", "delete", "element", "inet", table, "frontends-v4", elem)
 	say("$ %s", strings.Join(args, " "))
 	if out, err := sh(args...); err != nil {
 		d.check(false, "delete the NodePort element: %v %s", err, out)
@@ -574,7 +583,7 @@ func (d *demo) printKeep() {
 	say("enter a namespace from another shell, for example:")
 	say("  ip netns exec %sclient %s get %s:30081", Prefix, d.echo, nodeA.V4)
 	say("  ip netns exec %s %s get 10.96.0.14:80 -n 5", cliA.Name, d.echo)
-	say("  ip netns exec %s nft list table inet crossproxy", nodeA.Name)
+	say("  ip netns exec %s nft list ruleset", nodeA.Name)
 	say("  ip netns exec %s conntrack -L", nodeA.Name)
 	if d.mode == "kube" {
 		say("  %s explain default/web-zonal --kubeconfig %s --node %s --netns /run/netns/%s --cluster-cidr %s",
@@ -610,4 +619,19 @@ func (d *demo) teardown(keepLogs bool) {
 		os.RemoveAll(d.dir)
 	}
 	say("done")
+}
+
+// tableHolding returns the name of the inet table in an `nft list ruleset`
+// output whose text contains needle, or "".
+func tableHolding(ruleset, needle string) string {
+	table := ""
+	for _, line := range strings.Split(ruleset, "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "table" && f[1] == "inet" {
+			table = f[2]
+		}
+		if strings.Contains(line, needle) {
+			return table
+		}
+	}
+	return ""
 }
