@@ -344,9 +344,12 @@ function Invoke-Uninstall {
     } else {
         if ($Cleanup) {
             $exe = Join-Path $InstallDir 'crossproxy.exe'
+            # The HNS backend needs the network its load balancers are attached to.
+            $network = (Get-SettingValues -Given $given)['NetworkName']
+            if ($network -eq '') { Fail '-Cleanup needs the HNS network: give -NetworkName.' }
             if (Test-Path $exe) {
                 Stop-Service -Name $ServiceName -Force -ErrorAction SilentlyContinue
-                & $exe cleanup
+                & $exe cleanup --network-name $network
                 if ($LASTEXITCODE -ne 0) { Fail "crossproxy cleanup failed ($LASTEXITCODE); nothing was uninstalled." }
             }
         }
