@@ -10,6 +10,7 @@ import (
 	"net/netip"
 
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/crossproxy/crossproxy/core"
@@ -105,4 +106,15 @@ type BackendConfig struct {
 // the Service's owner can be told (an Event). Implementations must not block.
 type Notifier interface {
 	Unsupported(svc types.NamespacedName, feature, detail string)
+}
+
+// ObjectSink receives the objects a source follows (the API server's
+// informers, or manifest files in standalone mode). core.Tracker satisfies it;
+// the debug endpoint wraps it to keep the raw objects for explain.
+type ObjectSink interface {
+	SetNode(node *v1.Node)
+	UpsertService(svc *v1.Service)
+	DeleteService(svc *v1.Service)
+	UpsertSlice(s *discovery.EndpointSlice)
+	DeleteSlice(s *discovery.EndpointSlice)
 }

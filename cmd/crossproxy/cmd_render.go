@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crossproxy/crossproxy/core"
-	"github.com/crossproxy/crossproxy/platform/manifest"
 )
 
 func init() { addCommand(newRenderCommand) }
@@ -63,17 +62,9 @@ the HNS load balancers for --platform windows. It changes nothing on this machin
 		if err != nil {
 			return err
 		}
-		set, err := manifest.Load(manifests...)
+		state, err := computeFromManifests(opts, manifests, nodeName)
 		if err != nil {
 			return err
-		}
-		node, err := set.Node(nodeName)
-		if err != nil {
-			return err
-		}
-		state, err := core.Compute(opts, node, set.Services, set.Slices)
-		if err != nil {
-			return fmt.Errorf("compute node state: %w", err)
 		}
 		text, err := render(state)
 		if err != nil {

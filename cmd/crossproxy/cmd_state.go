@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crossproxy/crossproxy/core"
-	"github.com/crossproxy/crossproxy/platform/manifest"
 )
 
 func init() { addCommand(newStateCommand) }
@@ -57,20 +56,9 @@ Exit status: 0 on success, 2 on errors (a bad file names the file, document and 
 		if err != nil {
 			return err
 		}
-		if err := opts.Validate(); err != nil {
-			return fmt.Errorf("core options: %w", err)
-		}
-		set, err := manifest.Load(manifests...)
+		st, err := computeFromManifests(opts, manifests, nodeName)
 		if err != nil {
 			return err
-		}
-		node, err := set.Node(nodeName)
-		if err != nil {
-			return err
-		}
-		st, err := core.Compute(opts, node, set.Services, set.Slices)
-		if err != nil {
-			return fmt.Errorf("compute state: %w", err)
 		}
 		out := cmd.OutOrStdout()
 		if output == "json" {

@@ -30,16 +30,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/platform"
 )
 
 // Sink receives object changes; core.Tracker satisfies it.
-type Sink interface {
-	SetNode(node *v1.Node)
-	UpsertService(svc *v1.Service)
-	DeleteService(svc *v1.Service)
-	UpsertSlice(s *discovery.EndpointSlice)
-	DeleteSlice(s *discovery.EndpointSlice)
-}
+type Sink = platform.ObjectSink
 
 // Source runs the informers of one node.
 type Source struct {

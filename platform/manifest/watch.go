@@ -14,16 +14,12 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/crossproxy/crossproxy/platform"
 )
 
 // Sink receives object changes; core.Tracker satisfies it.
-type Sink interface {
-	SetNode(node *v1.Node)
-	UpsertService(svc *v1.Service)
-	DeleteService(svc *v1.Service)
-	UpsertSlice(s *discovery.EndpointSlice)
-	DeleteSlice(s *discovery.EndpointSlice)
-}
+type Sink = platform.ObjectSink
 
 // Watcher follows a set of manifest files and feeds their changes to a Sink,
 // standing in for the API server in standalone mode (labs, end-to-end tests).
