@@ -55,8 +55,15 @@ include $(sort $(wildcard test/mk/*.mk)) $(sort $(wildcard installer/*.mk))
 test:
 	@mkdir -p bin
 	bash test/setup-host.sh
-	@set -e; for t in $(TEST_SUITES); do echo "== make $$t"; $(MAKE) --no-print-directory $$t; done
-	@echo "== all suites passed: $(TEST_SUITES)"
+	@failed=""; passed=0; \
+	for t in $(TEST_SUITES); do \
+	  echo "== make $$t"; start=$$(date +%s); \
+	  if $(MAKE) --no-print-directory $$t; then passed=$$((passed+1)); r=ok; else failed="$$failed $$t"; r=FAILED; fi; \
+	  echo "== $$t: $$r in $$(( $$(date +%s) - start ))s"; \
+	done; \
+	n=$$(echo $$failed | wc -w); \
+	echo "suites: $$passed passed, $$n failed"; \
+	if [ -n "$$failed" ]; then echo "== failed suites:$$failed"; exit 1; fi
 
 clean:
 	rm -rf bin dist
