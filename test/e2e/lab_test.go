@@ -105,7 +105,7 @@ func newLab(t *testing.T) *lab {
 	if os.Geteuid() != 0 {
 		t.Skip("end-to-end tests need root")
 	}
-	l := &lab{t: t, id: fmt.Sprintf("%d", os.Getpid()%100000), dir: t.TempDir(), objects: map[string]any{}}
+	l := &lab{t: t, id: fmt.Sprintf("%d", os.Getpid()), dir: t.TempDir(), objects: map[string]any{}}
 	l.bin = crossproxyBinary(t)
 	node, ext, client := l.ns("node"), l.ns("ext"), l.ns("c1")
 	all := []string{node, ext, client}

@@ -28,7 +28,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// sweepNamespaces removes namespaces left by an earlier, interrupted run.
+// sweepNamespaces removes namespaces left by an earlier, interrupted run: those
+// whose creating test process (its pid is in the name) is gone. A run going on
+// at the same time keeps its namespaces.
 func sweepNamespaces() {
 	out, err := exec.Command("ip", "netns", "list").Output()
 	if err != nil {
@@ -36,8 +38,13 @@ func sweepNamespaces() {
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		f := strings.Fields(line)
-		if len(f) > 0 && strings.HasPrefix(f[0], nsPrefix+"e2e") {
-			_ = exec.Command("ip", "netns", "del", f[0]).Run()
+		if len(f) == 0 || !strings.HasPrefix(f[0], nsPrefix+"e2e") {
+			continue
 		}
+		pid, _, _ := strings.Cut(strings.TrimPrefix(f[0], nsPrefix+"e2e"), "-")
+		if _, err := os.Stat("/proc/" + pid); err == nil && pid != "" {
+			continue // its test process still runs
+		}
+		_ = exec.Command("ip", "netns", "del", f[0]).Run()
 	}
 }
