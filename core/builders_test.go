@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -62,6 +63,13 @@ func clusterIPs(ips ...string) svcMod {
 		if len(ips) > 0 {
 			s.Spec.ClusterIP = ips[0]
 		}
+	}
+}
+
+// created sets the creation time to minute m of 2026, to order Services by age.
+func created(m int) svcMod {
+	return func(s *v1.Service) {
+		s.CreationTimestamp = metav1.NewTime(time.Date(2026, 1, 1, 0, m, 0, 0, time.UTC))
 	}
 }
 

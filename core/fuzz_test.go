@@ -110,6 +110,14 @@ func FuzzCompute(f *testing.F) {
 		}
 		got, _ := tr.Snapshot()
 		assertSameState(t, want, got)
+		// An incremental step: the first Service goes away, which may hand
+		// its frontends to others (claims).
+		if len(services) > 0 {
+			tr.DeleteService(services[0])
+			want, _ = Compute(opts, in.Node, services[1:], slices)
+			got, _ = tr.Snapshot()
+			assertSameState(t, want, got)
+		}
 	})
 }
 

@@ -515,6 +515,18 @@ func TestRule8LoadBalancer(t *testing.T) {
 				expectProblem(t, st, "Service", "default/web", "spec.externalIPs", "ExternalIP 10.96.0.1:80/TCP is also this Service's ClusterIP frontend")
 				expectProblem(t, st, "Service", "default/web", "spec.externalIPs", "ExternalIP 198.51.100.7:80/TCP is also this Service's LoadBalancer frontend")
 			}},
+		{name: "two Services on one address:port: the node's own and older claims win",
+			services: svcs(
+				testService("new", clusterIPs("10.96.0.2"), externalIPs("203.0.113.9", "10.96.0.3"), created(2)),
+				testService("old", clusterIPs("10.96.0.1"), externalIPs("203.0.113.9"), created(1)),
+				testService("own", clusterIPs("10.96.0.3"), created(3))),
+			check: func(t *testing.T, st *NodeState) {
+				expectEq(t, "old", frontends(mustPort(t, st, httpV4("old")).Frontends), "ClusterIP 10.96.0.1:80, ExternalIP 203.0.113.9:80")
+				expectEq(t, "new", frontends(mustPort(t, st, httpV4("new")).Frontends), "ClusterIP 10.96.0.2:80")
+				expectEq(t, "own", frontends(mustPort(t, st, httpV4("own")).Frontends), "ClusterIP 10.96.0.3:80")
+				expectProblem(t, st, "Service", "default/new", "spec.externalIPs", "ExternalIP 203.0.113.9:80/TCP is also the ExternalIP frontend of Service default/old, which keeps it")
+				expectProblem(t, st, "Service", "default/new", "spec.externalIPs", "ExternalIP 10.96.0.3:80/TCP is also the ClusterIP frontend of Service default/own")
+			}},
 		{name: "LoadBalancer without node ports", services: svcs(testService("web", loadBalancer("198.51.100.7"), func(s *v1.Service) { s.Spec.Ports[0].NodePort = 0 })),
 			check: func(t *testing.T, st *NodeState) {
 				expectEq(t, "frontends", frontends(mustPort(t, st, httpV4("web")).Frontends), "ClusterIP 10.96.0.1:80, LoadBalancer 198.51.100.7:80")

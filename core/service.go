@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -27,10 +28,16 @@ const (
 // serviceResult is everything one Service contributes to the NodeState, so the
 // Tracker can replace exactly one Service's share when it changes.
 type serviceResult struct {
-	ports    []*ServicePort // sorted by key
-	problems []Problem
-	ignored  *IgnoredObject
-	health   *HealthCheck
+	// raw are the ports as computed, sorted by key; ports are what the
+	// NodeState holds: raw without the frontends another Service keeps
+	// (claims.publish), with conflicts saying which.
+	raw       []*ServicePort
+	ports     []*ServicePort
+	created   time.Time
+	problems  []Problem
+	conflicts []Problem
+	ignored   *IgnoredObject
+	health    *HealthCheck
 }
 
 // svcPort is one validated entry of spec.ports.
@@ -130,6 +137,7 @@ func computeService(e *env, svc *v1.Service, list []*discovery.EndpointSlice) *s
 		res.health.LocalEndpoints = len(localReady)
 	}
 	slices.SortFunc(res.ports, func(a, b *ServicePort) int { return comparePortKey(a.Key, b.Key) })
+	res.raw, res.created = res.ports, svc.CreationTimestamp.Time
 	return res
 }
 

@@ -31,6 +31,8 @@ type Tracker struct {
 	sliceOwner  map[types.NamespacedName]types.NamespacedName       // slice → Service
 	sliceNotes  map[types.NamespacedName]sliceNote                  // slices matched to no Service, and why
 	results     map[types.NamespacedName]*serviceResult
+	// claims says which Service port keeps each frontend destination.
+	claims claims
 	// withLists names the Services whose result has problems, an ignore
 	// reason or a health check, so those lists rebuild without a full scan.
 	withLists map[types.NamespacedName]struct{}
@@ -80,6 +82,7 @@ func newTracker(opts Options) *Tracker {
 		sliceOwner:  map[types.NamespacedName]types.NamespacedName{},
 		sliceNotes:  map[types.NamespacedName]sliceNote{},
 		results:     map[types.NamespacedName]*serviceResult{},
+		claims:      claims{},
 		withLists:   map[types.NamespacedName]struct{}{},
 		dirty:       map[types.NamespacedName]struct{}{},
 		envDirty:    true,
@@ -343,11 +346,36 @@ func (t *Tracker) snapshot(track bool) (*NodeState, Changes) {
 		}
 		t.spare, t.spareLog = nil, nil
 	}
+	// Recompute the dirty Services, then publish them and every Service
+	// that shares a frontend destination with one of them.
+	fresh := make(map[types.NamespacedName]*serviceResult, len(t.dirty))
+	affected := map[types.NamespacedName]struct{}{}
 	for k := range t.dirty {
-		old := t.results[k]
 		var nr *serviceResult
 		if svc := t.services[k]; svc != nil {
 			nr = computeService(t.env, svc, t.slicesBySvc[k])
+		}
+		fresh[k] = nr
+		var oldRaw, newRaw []*ServicePort
+		var created time.Time
+		if old := t.results[k]; old != nil {
+			oldRaw = old.raw
+		}
+		if nr != nil {
+			newRaw, created = nr.raw, nr.created
+		}
+		t.claims.move(k, oldRaw, newRaw, created, affected)
+	}
+	for k := range affected {
+		if _, ok := fresh[k]; !ok && t.results[k] != nil {
+			again := *t.results[k]
+			fresh[k] = &again
+		}
+	}
+	for k, nr := range fresh {
+		old := t.results[k]
+		if nr != nil {
+			t.claims.publish(nr, k)
 		}
 		var oldPorts map[PortKey]*ServicePort
 		if old != nil && len(old.ports) > 0 {
@@ -451,7 +479,7 @@ func sameMap(a, b map[PortKey]*ServicePort) bool {
 }
 
 func hasLists(r *serviceResult) bool {
-	return r != nil && (len(r.problems) > 0 || r.ignored != nil || r.health != nil)
+	return r != nil && (len(r.problems) > 0 || len(r.conflicts) > 0 || r.ignored != nil || r.health != nil)
 }
 
 // buildLists assembles the sorted health checks, problems and ignored objects.
@@ -466,6 +494,7 @@ func (t *Tracker) buildLists() ([]HealthCheck, []Problem, []IgnoredObject) {
 			hcs = append(hcs, *r.health)
 		}
 		probs = append(probs, r.problems...)
+		probs = append(probs, r.conflicts...)
 		if r.ignored != nil {
 			ign = append(ign, *r.ignored)
 		}

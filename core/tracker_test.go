@@ -370,3 +370,44 @@ func TestComputeOrderIndependent(t *testing.T) {
 		assertSameState(t, want, mustCompute(t, opts, defaultNode(), services, sl))
 	}
 }
+
+// TestTrackerFrontendClaims: a Service that takes an address:port another
+// Service has gets no frontend there, and gets it once the other lets go; the
+// other Service's port does not change meanwhile.
+func TestTrackerFrontendClaims(t *testing.T) {
+	tr := newTestTracker(t)
+	old := testService("old", clusterIPs("10.96.0.1"), externalIPs("203.0.113.9"), created(1))
+	nu := testService("new", clusterIPs("10.96.0.2"), externalIPs("203.0.113.9"), created(2))
+	live := map[string]*v1.Service{"old": old}
+	step := func(what string, wantChanged ...PortKey) *NodeState {
+		t.Helper()
+		st, ch := tr.Snapshot()
+		var list []*v1.Service
+		for _, s := range live {
+			list = append(list, s)
+		}
+		assertSameState(t, mustCompute(t, Options{}, defaultNode(), list, nil), st)
+		var got []PortKey
+		for k := range ch.Ports {
+			got = append(got, k)
+		}
+		slices.SortFunc(got, comparePortKey)
+		if !slices.Equal(got, wantChanged) {
+			t.Fatalf("%s: changed %v, want %v", what, got, wantChanged)
+		}
+		return st
+	}
+	tr.UpsertService(old)
+	step("old alone", httpV4("old"))
+	tr.UpsertService(nu)
+	live["new"] = nu
+	st := step("new arrives", httpV4("new"))
+	expectEq(t, "new", frontends(mustPort(t, st, httpV4("new")).Frontends), "ClusterIP 10.96.0.2:80")
+	tr.DeleteService(old)
+	delete(live, "old")
+	st = step("old leaves", httpV4("new"), httpV4("old"))
+	expectEq(t, "new", frontends(mustPort(t, st, httpV4("new")).Frontends), "ClusterIP 10.96.0.2:80, ExternalIP 203.0.113.9:80")
+	if len(st.Problems) != 0 {
+		t.Fatalf("problems left: %v", st.Problems)
+	}
+}

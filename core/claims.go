@@ -1,0 +1,143 @@
+package core
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// claimKey is one destination a frontend takes on this node.
+type claimKey struct {
+	addr  netip.Addr
+	port  uint16
+	proto v1.Protocol
+}
+
+// claimant is one Service port's frontend on a claimKey.
+type claimant struct {
+	port    PortKey
+	kind    FrontendKind
+	created time.Time
+}
+
+// claims records which Service ports' frontends take each destination, so two
+// Services that name one address:port (an externalIP equal to another
+// Service's IP, two Services with one externalIP) get one frontend between
+// them. A data plane maps a destination one way only: nftables refuses a
+// whole batch that maps one key twice, which would stop every later sync.
+type claims map[claimKey][]claimant
+
+// winner is the claimant that keeps k: a ClusterIP or NodePort before a load
+// balancer IP before an ExternalIP (the node's own addresses cannot be taken
+// over, and a load balancer keeps its source ranges), then the older Service,
+// so a new Service cannot take an address from one that has it, then by key.
+func (c claims) winner(k claimKey) claimant {
+	list := c[k]
+	best := list[0]
+	for _, o := range list[1:] {
+		if cmp.Or(cmp.Compare(frontendRank[o.kind], frontendRank[best.kind]), o.created.Compare(best.created), comparePortKey(o.port, best.port)) < 0 {
+			best = o
+		}
+	}
+	return best
+}
+
+// move replaces the claims of a Service's old ports by those of its new ones
+// and adds to affected every other Service that shares a destination with
+// either, since who keeps that destination may change.
+func (c claims) move(svc types.NamespacedName, old, nu []*ServicePort, created time.Time, affected map[types.NamespacedName]struct{}) {
+	share := func(k claimKey) {
+		for _, o := range c[k] {
+			if o.port.Service != svc {
+				affected[o.port.Service] = struct{}{}
+			}
+		}
+	}
+	for _, p := range old {
+		for _, f := range p.Frontends {
+			k := claimKey{f.Addr, f.Port, p.Protocol}
+			list := c[k]
+			for i, o := range list {
+				if o.port == p.Key && o.kind == f.Kind {
+					list = append(list[:i:i], list[i+1:]...)
+					break
+				}
+			}
+			if len(list) == 0 {
+				delete(c, k)
+				continue
+			}
+			c[k] = list
+			share(k)
+		}
+	}
+	for _, p := range nu {
+		for _, f := range p.Frontends {
+			k := claimKey{f.Addr, f.Port, p.Protocol}
+			c[k] = append(c[k], claimant{port: p.Key, kind: f.Kind, created: created})
+			if len(c[k]) > 1 {
+				share(k)
+			}
+		}
+	}
+}
+
+// publish sets r.ports from r.raw without the frontends another Service
+// keeps, each reported in r.conflicts. A ClusterIP frontend is never dropped:
+// the API server gives every Service its own clusterIP, and backends rely on
+// the ClusterIP frontend coming first. Ports that lose nothing are shared
+// with r.raw (r.ports is r.raw itself when nothing is contested).
+func (c claims) publish(r *serviceResult, svc types.NamespacedName) {
+	r.conflicts = nil
+	if !c.contested(r.raw) {
+		r.ports = r.raw
+		return
+	}
+	r.ports = make([]*ServicePort, len(r.raw))
+	for i, p := range r.raw {
+		r.ports[i] = p
+		var keep []Frontend
+		dropped := false
+		for j, f := range p.Frontends {
+			k := claimKey{f.Addr, f.Port, p.Protocol}
+			w := claimant{port: p.Key, kind: f.Kind}
+			if len(c[k]) > 1 && f.Kind != FrontendClusterIP {
+				w = c.winner(k)
+			}
+			if w.port == p.Key && w.kind == f.Kind {
+				if dropped {
+					keep = append(keep, f)
+				}
+				continue
+			}
+			if !dropped {
+				keep = append(make([]Frontend, 0, len(p.Frontends)-1), p.Frontends[:j]...)
+				dropped = true
+			}
+			r.conflicts = append(r.conflicts, Problem{Kind: "Service", Object: svc.String(), Field: frontendField[f.Kind], Service: svc,
+				Reason: fmt.Sprintf("%s %s/%s is also the %s frontend of Service %s, which keeps it; skipped",
+					f.Kind, netip.AddrPortFrom(f.Addr, f.Port), p.Protocol, w.kind, w.port.Service)})
+		}
+		if dropped {
+			cp := *p
+			cp.Frontends = keep
+			r.ports[i] = &cp
+		}
+	}
+}
+
+// contested reports whether any frontend of ports shares its destination.
+func (c claims) contested(ports []*ServicePort) bool {
+	for _, p := range ports {
+		for _, f := range p.Frontends {
+			if len(c[claimKey{f.Addr, f.Port, p.Protocol}]) > 1 {
+				return true
+			}
+		}
+	}
+	return false
+}
