@@ -52,6 +52,9 @@ type SyncStats struct {
 	Encode   time.Duration // netlink messages
 	Kernel   time.Duration // send and wait for the kernel's answer
 	Apply    time.Duration // Encode + Kernel
+	// Skipped are the changed (partial) or all (full) ports left out
+	// because nftables cannot hold them.
+	Skipped []Skipped
 }
 
 // New makes a Backend for the namespace in cfg (the current one if empty).
@@ -143,6 +146,7 @@ func (b *Backend) syncFull(state *core.NodeState) error {
 		b.applied = nil
 		return err
 	}
+	b.logSkipped(rs.Skipped)
 	plan := PlanFull(rs, existing, b.recreate)
 	built := time.Since(start)
 	if err := b.apply(plan); err != nil {
@@ -150,7 +154,8 @@ func (b *Backend) syncFull(state *core.NodeState) error {
 		return fmt.Errorf("full sync of table inet %s: %w", rs.Table, err)
 	}
 	b.applied, b.recreate = NewApplied(rs), false
-	b.stats = SyncStats{Full: true, Commands: plan.Len(), Build: built, Encode: b.lastEncode, Kernel: b.lastKernel, Apply: time.Since(start) - built}
+	b.stats = SyncStats{Full: true, Commands: plan.Len(), Build: built, Encode: b.lastEncode, Kernel: b.lastKernel, Apply: time.Since(start) - built,
+		Skipped: rs.Skipped}
 	b.log.WithFields(logrus.Fields{"ports": len(rs.Ports), "commands": plan.Len(), "took": time.Since(start)}).Debug("full sync")
 	return nil
 }
@@ -160,13 +165,21 @@ func (b *Backend) syncPartial(state *core.NodeState, changes core.Changes) error
 	ports := make(map[core.PortKey]*PortObjects, len(changes.Ports))
 	cfg := b.cfg
 	cfg.Shards = b.applied.Shards
+	var skipped []Skipped
 	for k := range changes.Ports {
-		if p := state.Ports[k]; p != nil {
-			ports[k] = BuildPort(p, state.LocalDetect[k.Family], cfg)
-		} else {
+		p := state.Ports[k]
+		if p == nil {
 			ports[k] = nil
+			continue
 		}
+		if why := Inexpressible(p); why != "" {
+			skipped = append(skipped, Skipped{Key: k, Reason: why})
+			ports[k] = nil
+			continue
+		}
+		ports[k] = BuildPort(p, state.LocalDetect[k.Family], cfg)
 	}
+	b.logSkipped(skipped)
 	plan := PlanPartial(b.applied, ports)
 	built := time.Since(start)
 	if plan.Batch.Len() > 0 {
@@ -176,8 +189,16 @@ func (b *Backend) syncPartial(state *core.NodeState, changes core.Changes) error
 		}
 	}
 	plan.Commit(b.applied)
-	b.stats = SyncStats{Commands: plan.Batch.Len(), Build: built, Encode: b.lastEncode, Kernel: b.lastKernel, Apply: time.Since(start) - built}
+	b.stats = SyncStats{Commands: plan.Batch.Len(), Build: built, Encode: b.lastEncode, Kernel: b.lastKernel, Apply: time.Since(start) - built,
+		Skipped: skipped}
 	return nil
+}
+
+// logSkipped warns about each port left out of a sync, naming it and why.
+func (b *Backend) logSkipped(skipped []Skipped) {
+	for _, s := range skipped {
+		b.log.WithFields(logrus.Fields{"port": s.Key.String(), "reason": s.Reason}).Warn("Service port not programmed: nftables cannot hold it")
+	}
 }
 
 // inventory lists crossproxy's tables in the kernel with their chains and sets.

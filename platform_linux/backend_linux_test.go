@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -220,5 +221,47 @@ func TestStaleUDPSurvivesAFailedSync(t *testing.T) {
 	}
 	if len(ct.cleared) != 1 || ct.cleared[0].Endpoint != gone.AddrPort() {
 		t.Errorf("stale endpoint not cleared after the repairing sync: %+v", ct.cleared)
+	}
+}
+
+// TestInexpressiblePortIsSkipped: a Service port nftables cannot hold (a
+// chain name over the kernel's 255 bytes, from a manifest no API server
+// validated; a protocol the encoder has no number for) is left out with a
+// reason, in full and partial syncs, and every other Service is programmed.
+func TestInexpressiblePortIsSkipped(t *testing.T) {
+	ns := testNS(t)
+	b := newTestBackend(t, ns)
+	ctx := context.Background()
+	st := testState()
+	web := *st.Ports[key("default", "web", "http", "TCP", "IPv4")]
+	long := web
+	long.Key = key("default", strings.Repeat("n", 250), "http", "TCP", "IPv4")
+	long.ClusterIP = netip.MustParseAddr("10.96.0.77")
+	long.Frontends = []core.Frontend{fe(core.FrontendClusterIP, "10.96.0.77", 80)}
+	st.Ports[long.Key] = &long
+	icmp := web
+	icmp.Key = key("default", "icmp", "ping", "ICMP", "IPv4")
+	icmp.Protocol = "ICMP"
+	icmp.Frontends = []core.Frontend{fe(core.FrontendClusterIP, "10.96.0.10", 80)}
+	st.Ports[icmp.Key] = &icmp
+	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+		t.Fatalf("full sync with one inexpressible port: %v", err)
+	}
+	if got := nftIn(t, ns, "list", "ruleset"); !strings.Contains(got, "10.96.0.53 . udp . 53") || strings.Contains(got, "10.96.0.77") {
+		t.Errorf("want every other port and not the skipped one:\n%s", got)
+	}
+	if got := b.LastSync().Skipped; len(got) != 2 {
+		t.Errorf("skipped ports not reported: %+v", got)
+	}
+	// A partial sync of a changed good port together with a bad one.
+	dns := key("default", "dns", "dns", "UDP", "IPv4")
+	d := *st.Ports[dns]
+	d.ClusterEndpoints = []core.Endpoint{ep("10.244.1.99", 53, false)}
+	st.Ports[dns] = &d
+	if err := b.Sync(ctx, st, core.Changes{Ports: map[core.PortKey]struct{}{dns: {}, long.Key: {}, icmp.Key: {}}}); err != nil {
+		t.Fatalf("partial sync with inexpressible ports: %v", err)
+	}
+	if got := nftIn(t, ns, "list", "ruleset"); !strings.Contains(got, "10.244.1.99") {
+		t.Errorf("good port not updated:\n%s", got)
 	}
 }

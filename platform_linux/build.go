@@ -89,6 +89,45 @@ type Ruleset struct {
 	Shards  int
 	Globals *Globals
 	Ports   []*PortObjects // sorted by key
+	// Skipped are the ports left out because nftables cannot hold them.
+	Skipped []Skipped
+}
+
+// Skipped is a Service port left out of the ruleset, and why. Leaving it out
+// is what keeps the batch, and with it every other Service, acceptable to the
+// kernel.
+type Skipped struct {
+	Key    core.PortKey
+	Reason string
+}
+
+// maxNameLen is the longest chain or set name the kernel accepts
+// (NFT_NAME_MAXLEN without its terminating NUL).
+const maxNameLen = 255
+
+// Inexpressible says why nftables cannot hold port p, or "" when it can. The
+// core validates its input, but manifests in standalone mode never passed an
+// API server, and one port the kernel refuses would fail every batch. The
+// answer depends only on p.Key, so a programmed port never becomes
+// inexpressible through an update and loses its rules.
+func Inexpressible(p *core.ServicePort) string {
+	switch p.Key.Family {
+	case v1.IPv4Protocol, v1.IPv6Protocol:
+	default:
+		return fmt.Sprintf("IP family %q is not IPv4 or IPv6", p.Key.Family)
+	}
+	switch p.Key.Protocol {
+	case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
+	default:
+		return fmt.Sprintf("protocol %q is not TCP, UDP or SCTP", p.Key.Protocol)
+	}
+	if p.Protocol != p.Key.Protocol {
+		return fmt.Sprintf("protocol %q differs from the port key's %q", p.Protocol, p.Key.Protocol)
+	}
+	if n := len(portChainName("svc", p)); n > maxNameLen {
+		return fmt.Sprintf("chain name of %d bytes is over the kernel's %d (namespace, name and port name too long)", n, maxNameLen)
+	}
+	return ""
 }
 
 func familySuffix(f v1.IPFamily) string {
@@ -164,7 +203,8 @@ func ParsePortChain(name string) (kind, service string, ok bool) {
 	return parts[0], fields[0] + "/" + fields[1], true
 }
 
-// Build computes the whole ruleset for a NodeState.
+// Build computes the whole ruleset for a NodeState, without the ports
+// Inexpressible refuses (listed in Skipped).
 func Build(state *core.NodeState, cfg Config) *Ruleset {
 	if cfg.Shards <= 0 {
 		cfg.Shards = ShardCount(len(state.Ports))
@@ -176,7 +216,12 @@ func Build(state *core.NodeState, cfg Config) *Ruleset {
 	}
 	SortKeys(keys)
 	for _, k := range keys {
-		rs.Ports = append(rs.Ports, BuildPort(state.Ports[k], state.LocalDetect[k.Family], cfg))
+		p := state.Ports[k]
+		if why := Inexpressible(p); why != "" {
+			rs.Skipped = append(rs.Skipped, Skipped{Key: k, Reason: why})
+			continue
+		}
+		rs.Ports = append(rs.Ports, BuildPort(p, state.LocalDetect[k.Family], cfg))
 	}
 	return rs
 }
@@ -269,7 +314,8 @@ type portBuilder struct {
 	aff map[string]bool
 }
 
-// BuildPort computes the objects of one Service port; cfg.Shards must be set.
+// BuildPort computes the objects of one Service port; cfg.Shards must be set
+// and Inexpressible(p) must be "".
 // Addresses of the wrong family or invalid ones (which the core should never
 // produce) are left out rather than written: the kernel would refuse the
 // whole batch, and every other Service with it.

@@ -89,6 +89,9 @@ func (e Element) nft(kind SetKind) string {
 // `crossproxy render --platform linux` shows and `nft -f` accepts.
 func (rs *Ruleset) Text() string {
 	var b strings.Builder
+	for _, s := range rs.Skipped {
+		fmt.Fprintf(&b, "# not programmed: %s: %s\n", s.Key, s.Reason)
+	}
 	for i, t := range rs.Tables() {
 		if i > 0 {
 			b.WriteString("\n")

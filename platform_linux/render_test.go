@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -127,5 +128,21 @@ func TestBuildPortDropsBadAddresses(t *testing.T) {
 	}
 	if len(o.Frontends) != 3 || len(o.Endpoints) != 2 {
 		t.Errorf("good addresses lost: %v %v", o.Frontends, o.Endpoints)
+	}
+}
+
+// TestBuildSkipsInexpressiblePorts: a port the kernel would refuse is left
+// out of the ruleset and named, with why, in the rendered text.
+func TestBuildSkipsInexpressiblePorts(t *testing.T) {
+	st := testState()
+	p := *st.Ports[key("default", "web", "http", v1.ProtocolTCP, v1.IPv4Protocol)]
+	p.Key = key("default", strings.Repeat("n", 250), "http", v1.ProtocolTCP, v1.IPv4Protocol)
+	st.Ports[p.Key] = &p
+	rs := Build(st, Config{})
+	if len(rs.Skipped) != 1 || rs.Skipped[0].Key != p.Key || len(rs.Ports) != len(st.Ports)-1 {
+		t.Fatalf("skipped %+v, kept %d of %d", rs.Skipped, len(rs.Ports), len(st.Ports))
+	}
+	if txt := rs.Text(); !strings.Contains(txt, "# not programmed: default/nnn") || strings.Contains(txt, "svc-"+strings.Split(portChainName("svc", &p), "-")[1]) {
+		t.Errorf("render does not name the skipped port, or holds it:\n%.300s", txt)
 	}
 }
