@@ -265,3 +265,28 @@ func TestInexpressiblePortIsSkipped(t *testing.T) {
 		t.Errorf("good port not updated:\n%s", got)
 	}
 }
+
+// TestLocalhostNodePortFollowsCoreClaims: when two Services ask for one
+// NodePort, the core gives the node addresses to one of them; the other must
+// not get a 127.0.0.1 NodePort frontend of its own, or the frontend map holds
+// one key twice and the kernel refuses every batch.
+func TestLocalhostNodePortFollowsCoreClaims(t *testing.T) {
+	ns := testNS(t)
+	b := newTestBackend(t, ns)
+	st := testState()
+	web := st.Ports[key("default", "web", "http", "TCP", "IPv4")]
+	loser := *web
+	loser.Key = key("other", "web", "http", "TCP", "IPv4")
+	loser.ClusterIP = netip.MustParseAddr("10.96.0.88")
+	// The core dropped the NodePort frontend (claimed by default/web); the
+	// ExternalIP frontend stays.
+	loser.Frontends = []core.Frontend{fe(core.FrontendClusterIP, "10.96.0.88", 80), fe(core.FrontendExternalIP, "203.0.113.8", 80)}
+	st.Ports[loser.Key] = &loser
+	if err := b.Sync(context.Background(), st, core.Changes{Full: true}); err != nil {
+		t.Fatalf("full sync: %v", err)
+	}
+	got := nftIn(t, ns, "list", "ruleset")
+	if n := strings.Count(got, "127.0.0.1 . tcp . 30080"); n != 1 {
+		t.Errorf("want one localhost NodePort frontend, found %d:\n%s", n, got)
+	}
+}

@@ -341,10 +341,11 @@ func BuildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *Por
 
 	// External traffic (NodePort, ExternalIP, LoadBalancer).
 	var ext, fw string
-	hasExternal, hasLB := false, false
+	hasExternal, hasLB, hasNodePort := false, false, false
 	for _, fe := range p.Frontends {
 		hasExternal = hasExternal || fe.Kind.External()
 		hasLB = hasLB || fe.Kind == core.FrontendLoadBalancer
+		hasNodePort = hasNodePort || fe.Kind == core.FrontendNodePort
 	}
 	if hasExternal {
 		ext = name("ext")
@@ -401,7 +402,10 @@ func BuildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *Por
 		}
 		b.o.Frontends = append(b.o.Frontends, Element{Addr: fe.Addr, Proto: p.Protocol, Port: fe.Port, Chain: target, Comment: string(fe.Kind)})
 	}
-	if cfg.LocalhostNodePorts && f == v1.IPv4Protocol && p.NodePort != 0 && ext != "" {
+	// The localhost frontend follows the core's NodePort frontends: a port
+	// whose NodePort another Service claimed has none, and a second
+	// 127.0.0.1 element of that port would make the kernel refuse the batch.
+	if cfg.LocalhostNodePorts && f == v1.IPv4Protocol && hasNodePort {
 		b.o.Frontends = append(b.o.Frontends, Element{Addr: netip.AddrFrom4([4]byte{127, 0, 0, 1}), Proto: p.Protocol,
 			Port: p.NodePort, Chain: ext, Comment: string(core.FrontendNodePort)})
 	}
