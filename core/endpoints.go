@@ -192,7 +192,10 @@ func parseEndpoint(e *env, info *svcInfo, s *discovery.EndpointSlice, i int, fam
 	c.valid = true
 	c.addr = a.Unmap()
 	cond := ep.Conditions
-	c.ready = info.publishAll || cond.Ready == nil || *cond.Ready
+	// publishNotReadyAddresses is not read here: the EndpointSlice
+	// controller already publishes such a Service's endpoints as ready, and
+	// kube-proxy, like crossproxy, trusts what the slice says.
+	c.ready = cond.Ready == nil || *cond.Ready
 	c.serving = cond.Serving == nil || *cond.Serving
 	c.terminating = cond.Terminating != nil && *cond.Terminating
 	c.local = ep.NodeName != nil && *ep.NodeName != "" && *ep.NodeName == e.node.Name

@@ -240,10 +240,10 @@ func TestRule3Conditions(t *testing.T) {
 				expectEq(t, "internal", eps(p.InternalEndpoints()), "10.0.0.2:8080")
 				expectEq(t, "excluded", exclusions(p.Excluded), "10.0.0.1:8080/local/OtherNode 10.0.0.2:8080/cluster/Terminating")
 			}},
-		{name: "publishNotReadyAddresses counts every endpoint as ready", services: svcs(testService("web", publishNotReady())),
+		{name: "publishNotReadyAddresses is the slice controller's business: conditions decide", services: svcs(testService("web", publishNotReady())),
 			slices: eslices(testSlice("web-a", "web", ep("10.0.0.1", "n2"), ep("10.0.0.2", "n2", notReady))),
 			check: func(t *testing.T, st *NodeState) {
-				expectEq(t, "cluster", eps(mustPort(t, st, httpV4("web")).ClusterEndpoints), "10.0.0.1:8080 10.0.0.2:8080")
+				expectEq(t, "cluster", eps(mustPort(t, st, httpV4("web")).ClusterEndpoints), "10.0.0.1:8080")
 			}},
 		{name: "same reason in both sets is one exclusion", services: svcs(testService("web", itpLocal(), nodePort(30080))),
 			slices: eslices(testSlice("web-a", "web", ep("10.0.0.1", "n1"), ep("10.0.0.2", "n1", notReady))),

@@ -63,7 +63,6 @@ type svcInfo struct {
 	nodePorts    bool // NodePort or LoadBalancer type
 	itpLocal     bool
 	etpLocal     bool
-	publishAll   bool
 	hcPort       uint16
 	needsHC      bool
 }
@@ -145,10 +144,7 @@ func computeService(e *env, svc *v1.Service, list []*discovery.EndpointSlice) *s
 // Problem and the field is left out, the rest of the Service still works.
 func parseService(svc *v1.Service, nsn types.NamespacedName, sink problemSink) *svcInfo {
 	spec := &svc.Spec
-	info := &svcInfo{
-		nsn:        nsn,
-		publishAll: spec.PublishNotReadyAddresses,
-	}
+	info := &svcInfo{nsn: nsn}
 	ips, field := spec.ClusterIPs, "spec.clusterIPs[%d]"
 	if len(ips) > 0 && spec.ClusterIP != "" && spec.ClusterIP != ips[0] {
 		sink.add("spec.clusterIP", "%q differs from spec.clusterIPs[0] %q; clusterIPs is used", spec.ClusterIP, ips[0])

@@ -254,7 +254,7 @@ func (a *analysis) publishedLayer() {
 		for _, ep := range s.Endpoints {
 			c := ep.Conditions
 			switch {
-			case (svc != nil && svc.Spec.PublishNotReadyAddresses) || c.Ready == nil || *c.Ready:
+			case c.Ready == nil || *c.Ready:
 				ready++
 			case (c.Serving == nil || *c.Serving) && c.Terminating != nil && *c.Terminating:
 				servingTerminating++
@@ -445,13 +445,12 @@ func (a *analysis) topology(sp *core.ServicePort) {
 // readyEndpoints yields the ready endpoints of the served slices of a family.
 func (a *analysis) readyEndpoints(fam v1.IPFamily) []discovery.Endpoint {
 	var out []discovery.Endpoint
-	pna := a.in.Object != nil && a.in.Object.Spec.PublishNotReadyAddresses
 	for _, s := range a.servedSlices() {
 		if (fam == v1.IPv4Protocol) != (s.AddressType == discovery.AddressTypeIPv4) {
 			continue
 		}
 		for _, ep := range s.Endpoints {
-			if pna || ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
 				out = append(out, ep)
 			}
 		}

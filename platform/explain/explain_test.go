@@ -233,8 +233,9 @@ func TestBuildFindsFirstMismatch(t *testing.T) {
 		{name: "serving-terminating fallback is a note", svc: testService(),
 			slices: []*discovery.EndpointSlice{testSlice("web-abc", "http", ep("10.244.1.5", servingTerminating), ep("10.244.2.5", notReady))},
 			notes:  []string{"no endpoint is ready: 1 endpoint serving but terminating take the traffic"}},
-		{name: "publishNotReadyAddresses makes endpoints ready", svc: testService(func(s *v1.Service) { s.Spec.PublishNotReadyAddresses = true }),
-			slices: []*discovery.EndpointSlice{testSlice("web-abc", "http", ep("10.244.1.5", notReady))}},
+		{name: "publishNotReadyAddresses does not override the slice's conditions", svc: testService(func(s *v1.Service) { s.Spec.PublishNotReadyAddresses = true }),
+			slices: []*discovery.EndpointSlice{testSlice("web-abc", "http", ep("10.244.1.5", notReady))},
+			first:  "none of the 1 endpoint is ready", firstLayer: 2},
 		{name: "internalTrafficPolicy Local without a local endpoint drops", svc: testService(func(s *v1.Service) {
 			s.Spec.InternalTrafficPolicy = ptr(v1.ServiceInternalTrafficPolicyLocal)
 		}), slices: []*discovery.EndpointSlice{testSlice("web-abc", "http", ep("10.244.2.5", onNode("n2", "b")))},
