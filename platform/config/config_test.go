@@ -237,3 +237,27 @@ func TestInstallerConfigMapsLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalhostNodePortsOnlyInIptablesMode: kube-proxy reads
+// iptables.localhostNodePorts in iptables mode only, so a defaulted file
+// switched to mode nftables does not open NodePorts on 127.0.0.1.
+func TestLocalhostNodePortsOnlyInIptablesMode(t *testing.T) {
+	base := "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\niptables:\n  localhostNodePorts: true\n"
+	c, err := Parse([]byte(base), "linux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Backend.LocalhostNodePorts {
+		t.Error("mode \"\" (iptables in kube-proxy) should take localhostNodePorts")
+	}
+	c, err = Parse([]byte(base+"mode: nftables\n"), "linux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Backend.LocalhostNodePorts {
+		t.Error("mode nftables took iptables.localhostNodePorts")
+	}
+	if len(c.Ignored) != 1 || c.Ignored[0].Field != "iptables.localhostNodePorts" {
+		t.Errorf("ignored: %+v", c.Ignored)
+	}
+}

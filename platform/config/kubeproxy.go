@@ -199,8 +199,16 @@ func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
 	if k.MasqueradeAll != nil {
 		c.Core.MasqueradeAll = *k.MasqueradeAll
 	}
+	// kube-proxy honours localhostNodePorts in iptables mode only (an empty
+	// mode on Linux); nftables and kernelspace never answer NodePorts on
+	// 127.0.0.1. A defaulted file switched to mode nftables still carries
+	// "true", which must not open NodePorts on localhost (route_localnet).
 	if lnp := k.IPTables.LocalhostNodePorts; lnp != nil {
-		c.Backend.LocalhostNodePorts = *lnp
+		if k.Mode == "" && goos != "windows" {
+			c.Backend.LocalhostNodePorts = *lnp
+		} else {
+			ignore(*lnp, "iptables.localhostNodePorts", "kube-proxy applies it in iptables mode only; mode "+c.Mode+" never answers NodePorts on 127.0.0.1")
+		}
 	}
 	ignore(k.IPTables.MasqueradeBit != nil, "iptables.masqueradeBit", "crossproxy marks packets in its own nftables table")
 	ignore(k.NFTables.MasqueradeBit != nil, "nftables.masqueradeBit", "crossproxy marks packets in its own nftables table")
