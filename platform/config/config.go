@@ -373,6 +373,9 @@ func parseCIDRs(field, v string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
+// maxIfName is the longest Linux interface name.
+const maxIfName = 15
+
 // setLocalDetect applies detectLocalMode and its inputs, as kube-proxy reads
 // them: an unset mode means ClusterCIDR, and ClusterCIDR without a cluster
 // CIDR means no detection (kube-proxy logs the same downgrade).
@@ -396,6 +399,14 @@ func setLocalDetect(c *Config, mode string, cidrs []netip.Prefix, bridge, prefix
 	}
 	if m == core.LocalDetectInterfaceNamePrefix && prefix == "" {
 		return &FieldError{Field: "detectLocal.interfaceNamePrefix", Reason: "is required by detectLocalMode InterfaceNamePrefix"}
+	}
+	// Linux interface names have at most 15 bytes (IFNAMSIZ less its NUL): a
+	// longer one can never match, so every packet would count as off-cluster.
+	if m == core.LocalDetectBridgeInterface && len(bridge) > maxIfName {
+		return &FieldError{Field: "detectLocal.bridgeInterface", Value: bridge, Reason: fmt.Sprintf("is longer than the %d bytes of an interface name", maxIfName)}
+	}
+	if m == core.LocalDetectInterfaceNamePrefix && len(prefix) > maxIfName {
+		return &FieldError{Field: "detectLocal.interfaceNamePrefix", Value: prefix, Reason: fmt.Sprintf("is longer than the %d bytes of an interface name", maxIfName)}
 	}
 	c.Core.LocalDetect = core.LocalDetect{Mode: m, CIDRs: cidrs, BridgeInterface: bridge, InterfaceNamePrefix: prefix}
 	return nil

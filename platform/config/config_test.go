@@ -153,6 +153,8 @@ func TestInvalidValuesNameTheField(t *testing.T) {
 		{"metricsBindAddress: 127.0.0.1:99999", "metricsBindAddress"},
 		{"detectLocalMode: Magic", "detectLocalMode"},
 		{"detectLocalMode: BridgeInterface", "detectLocal.bridgeInterface"},
+		{"detectLocalMode: BridgeInterface\ndetectLocal:\n  bridgeInterface: a-bridge-name-of-20", "detectLocal.bridgeInterface"},
+		{"detectLocalMode: InterfaceNamePrefix\ndetectLocal:\n  interfaceNamePrefix: vethvethvethveth", "detectLocal.interfaceNamePrefix"},
 		{"bindAddress: localhost", "bindAddress"},
 		{"clientConnection:\n  qps: fast", "clientConnection.qps"},
 		{"configSyncPeriod: -1s", "configSyncPeriod"},
