@@ -323,6 +323,33 @@ func (d duration) parse(field string) (time.Duration, bool, error) {
 	return v, v != 0, nil
 }
 
+// into stores the duration in dst when one was written, and leaves dst (the
+// default) alone when it was unset or zero.
+func (d duration) into(field string, dst *time.Duration) error {
+	v, ok, err := d.parse(field)
+	if ok {
+		*dst = v
+	}
+	return err
+}
+
+// setBindAddresses applies the healthz and metrics bind addresses both file
+// kinds carry; nil keeps the default.
+func setBindAddresses(c *Config, healthz, metrics *string) error {
+	var err error
+	if healthz != nil {
+		if c.HealthzBindAddress, err = bindAddress("healthzBindAddress", *healthz, c.HealthzBindAddress, defaultHealthzPort); err != nil {
+			return err
+		}
+	}
+	if metrics != nil {
+		if c.MetricsBindAddress, err = bindAddress("metricsBindAddress", *metrics, c.MetricsBindAddress, defaultMetricsPort); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // set reports whether a non-zero duration was written.
 func (d duration) set() bool { return !isZero(string(d)) }
 

@@ -141,16 +141,8 @@ func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
 			c.Core.IPFamilies = []v1.IPFamily{v1.IPv6Protocol, v1.IPv4Protocol}
 		}
 	}
-	var err error
-	if k.HealthzBindAddress != nil {
-		if c.HealthzBindAddress, err = bindAddress("healthzBindAddress", *k.HealthzBindAddress, c.HealthzBindAddress, defaultHealthzPort); err != nil {
-			return err
-		}
-	}
-	if k.MetricsBindAddress != nil {
-		if c.MetricsBindAddress, err = bindAddress("metricsBindAddress", *k.MetricsBindAddress, c.MetricsBindAddress, defaultMetricsPort); err != nil {
-			return err
-		}
+	if err := setBindAddresses(c, k.HealthzBindAddress, k.MetricsBindAddress); err != nil {
+		return err
 	}
 	ignore(k.BindAddressHardFail, "bindAddressHardFail", "a server that cannot bind always stops the start")
 	ignore(k.EnableProfiling, "enableProfiling", "crossproxy serves no pprof endpoint")
@@ -185,15 +177,11 @@ func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
 		}
 		return sec + "." + name
 	}
-	if d, ok, err := syncP.parse(field("syncPeriod")); err != nil {
+	if err := syncP.into(field("syncPeriod"), &c.Runner.SyncPeriod); err != nil {
 		return err
-	} else if ok {
-		c.Runner.SyncPeriod = d
 	}
-	if d, ok, err := minSyncP.parse(field("minSyncPeriod")); err != nil {
+	if err := minSyncP.into(field("minSyncPeriod"), &c.Runner.MinSyncPeriod); err != nil {
 		return err
-	} else if ok {
-		c.Runner.MinSyncPeriod = d
 	}
 	c.Core.MasqueradeAll = masq
 	if k.MasqueradeAll != nil {
@@ -252,10 +240,8 @@ func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
 	ignore(ct.UDPTimeout.set(), "conntrack.udpTimeout", "crossproxy does not tune conntrack sysctls")
 	ignore(ct.UDPStreamTimeout.set(), "conntrack.udpStreamTimeout", "crossproxy does not tune conntrack sysctls")
 
-	if d, ok, err := k.ConfigSyncPeriod.parse("configSyncPeriod"); err != nil {
+	if err := k.ConfigSyncPeriod.into("configSyncPeriod", &c.ConfigSyncPeriod); err != nil {
 		return err
-	} else if ok {
-		c.ConfigSyncPeriod = d
 	}
 	ignore(k.PortRange != "", "portRange", "kube-proxy's userspace mode option; no effect")
 	ignore(k.WindowsRunAsService, "windowsRunAsService", "the crossproxy MSI installs the Windows service itself")

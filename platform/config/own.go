@@ -75,35 +75,20 @@ func (o *crossproxyConfiguration) apply(c *Config, goos string) error {
 	}
 	c.Core.NodePortAddresses = o.NodePortAddresses
 	c.Core.MasqueradeAll = o.MasqueradeAll
-	if d, ok, err := o.SyncPeriod.parse("syncPeriod"); err != nil {
+	if err := o.SyncPeriod.into("syncPeriod", &c.Runner.SyncPeriod); err != nil {
 		return err
-	} else if ok {
-		c.Runner.SyncPeriod = d
 	}
-	if d, ok, err := o.FullSyncPeriod.parse("fullSyncPeriod"); err != nil {
+	if err := o.FullSyncPeriod.into("fullSyncPeriod", &c.Runner.FullSyncPeriod); err != nil {
 		return err
-	} else if ok {
-		c.Runner.FullSyncPeriod = d
 	}
-	if d, ok, err := o.MinSyncPeriod.parse("minSyncPeriod"); err != nil {
+	if err := o.MinSyncPeriod.into("minSyncPeriod", &c.Runner.MinSyncPeriod); err != nil {
 		return err
-	} else if ok {
-		c.Runner.MinSyncPeriod = d
 	}
-	if d, ok, err := o.ConfigSyncPeriod.parse("configSyncPeriod"); err != nil {
+	if err := o.ConfigSyncPeriod.into("configSyncPeriod", &c.ConfigSyncPeriod); err != nil {
 		return err
-	} else if ok {
-		c.ConfigSyncPeriod = d
 	}
-	if o.HealthzBindAddress != nil {
-		if c.HealthzBindAddress, err = bindAddress("healthzBindAddress", *o.HealthzBindAddress, c.HealthzBindAddress, defaultHealthzPort); err != nil {
-			return err
-		}
-	}
-	if o.MetricsBindAddress != nil {
-		if c.MetricsBindAddress, err = bindAddress("metricsBindAddress", *o.MetricsBindAddress, c.MetricsBindAddress, defaultMetricsPort); err != nil {
-			return err
-		}
+	if err := setBindAddresses(c, o.HealthzBindAddress, o.MetricsBindAddress); err != nil {
+		return err
 	}
 	if o.Logging.Format != "" {
 		c.LogFormat = o.Logging.Format
