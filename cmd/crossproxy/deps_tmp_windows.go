@@ -1,5 +1,0 @@
-//go:build windows
-
-package main
-
-import _ "golang.org/x/sys/windows/svc"
