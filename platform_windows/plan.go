@@ -148,6 +148,7 @@ func planPort(p *core.ServicePort, opts PlanOptions) ([]PlannedLB, []Notice) {
 		return nil, notices
 	}
 	ipv6 := p.Key.Family == v1.IPv6Protocol
+	p = familyOnly(p)
 	if ipv6 && !opts.Features.IPv6DualStack {
 		note("IPv6", "port %s: this HNS does not support IPv6 load balancers; the IPv6 frontends are not proxied", p.Key.PortName)
 		return nil, notices
@@ -218,6 +219,44 @@ func planPort(p *core.ServicePort, opts PlanOptions) ([]PlannedLB, []Notice) {
 		emit(core.FrontendNodePort, nodePortVIPs, p.NodePort, p.ExternalEndpoints(), p.ExternalEmpty, true)
 	}
 	return lbs, notices
+}
+
+// familyOnly returns p, or a copy without the frontends and endpoints whose
+// address is invalid or of the other family. The core never produces them,
+// but HNS would refuse such a load balancer on every sync, failing every
+// sync; the Linux backend leaves the same addresses out.
+func familyOnly(p *core.ServicePort) *core.ServicePort {
+	v6 := p.Key.Family == v1.IPv6Protocol
+	ok := func(a netip.Addr) bool { return a.IsValid() && a.Is6() == v6 && !a.Is4In6() }
+	okFE := func(f core.Frontend) bool { return ok(f.Addr) }
+	okEP := func(e core.Endpoint) bool { return ok(e.Addr) }
+	if allOf(p.Frontends, okFE) && allOf(p.ClusterEndpoints, okEP) && allOf(p.LocalEndpoints, okEP) {
+		return p
+	}
+	c := *p
+	c.Frontends = filter(p.Frontends, okFE)
+	c.ClusterEndpoints = filter(p.ClusterEndpoints, okEP)
+	c.LocalEndpoints = filter(p.LocalEndpoints, okEP)
+	return &c
+}
+
+func allOf[T any](xs []T, keep func(T) bool) bool {
+	for _, x := range xs {
+		if !keep(x) {
+			return false
+		}
+	}
+	return true
+}
+
+func filter[T any](xs []T, keep func(T) bool) []T {
+	var out []T
+	for _, x := range xs {
+		if keep(x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // targetPortGroup picks the endpoints an HNS load balancer can serve: HNS maps
