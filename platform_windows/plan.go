@@ -139,7 +139,7 @@ func planPort(p *core.ServicePort, opts PlanOptions) ([]PlannedLB, []Notice) {
 	}
 	var proto Protocol
 	switch p.Protocol {
-	case v1.ProtocolTCP, "":
+	case v1.ProtocolTCP:
 		proto = ProtocolTCP
 	case v1.ProtocolUDP:
 		proto = ProtocolUDP

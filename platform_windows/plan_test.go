@@ -252,3 +252,16 @@ func TestPlanPortsPartial(t *testing.T) {
 lb default/b:http/TCP/v4 ClusterIP 10.96.0.11:80 -> :8080 [10.244.1.6] flags=LocalRoutedVIP
 `)
 }
+
+// TestPlanEmptyProtocolIsNotTCP: the core defaults a missing protocol to
+// TCP; a port that still has none is not proxied, with a notice, as on
+// Linux, rather than guessed to be TCP here.
+func TestPlanEmptyProtocolIsNotTCP(t *testing.T) {
+	p := port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)}, func(p *core.ServicePort) {
+		p.Protocol, p.Key.Protocol = "", ""
+	})
+	plan := PlanState(state(p), PlanOptions{Network: overlay, Features: AllFeatures})
+	if len(plan.LoadBalancers) != 0 || len(plan.Notices) != 1 {
+		t.Errorf("want no load balancer and one notice: %+v", plan)
+	}
+}
