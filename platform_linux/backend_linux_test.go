@@ -290,3 +290,42 @@ func TestLocalhostNodePortFollowsCoreClaims(t *testing.T) {
 		t.Errorf("want one localhost NodePort frontend, found %d:\n%s", n, got)
 	}
 }
+
+// TestPartialSyncMovesFrontendBetweenServices: an ExternalIP that passes from
+// one Service to another (in other shard tables) moves in one partial batch:
+// the old element goes before the new one is added, and the ruleset then
+// equals a full sync of the same state.
+func TestPartialSyncMovesFrontendBetweenServices(t *testing.T) {
+	ns := testNS(t)
+	b := newTestBackend(t, ns)
+	b.cfg.Shards = 8
+	ctx := context.Background()
+	st := testState()
+	webKey := key("default", "web", "http", "TCP", "IPv4")
+	lbKey := key("shop", "lb", "", "TCP", "IPv4")
+	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if b.applied.Ports[webKey].Shard == b.applied.Ports[lbKey].Shard {
+		t.Fatalf("want the two Services in different shards for this test")
+	}
+	web, lb := *st.Ports[webKey], *st.Ports[lbKey]
+	moved := fe(core.FrontendExternalIP, "203.0.113.7", 80)
+	web.Frontends = web.Frontends[:2]
+	lb.Port = 80
+	lb.Frontends = append(append([]core.Frontend(nil), lb.Frontends...), moved)
+	st.Ports[webKey], st.Ports[lbKey] = &web, &lb
+	if err := b.Sync(ctx, st, core.Changes{Ports: map[core.PortKey]struct{}{webKey: {}, lbKey: {}}}); err != nil {
+		t.Fatalf("partial sync moving a frontend: %v", err)
+	}
+	partial := nftIn(t, ns, "list", "ruleset")
+	if n := strings.Count(partial, "203.0.113.7 . tcp . 80"); n != 1 {
+		t.Errorf("moved frontend found %d times:\n%s", n, partial)
+	}
+	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if full := nftIn(t, ns, "list", "ruleset"); full != partial {
+		t.Errorf("partial sync differs from a full sync of the same state:\npartial:\n%s\nfull:\n%s", partial, full)
+	}
+}
