@@ -91,14 +91,6 @@ func New(h HNS, cfg Config, log logrus.FieldLogger) (*Backend, error) {
 	}, nil
 }
 
-// SetNotifier sets where unsupported features are reported (cmd wires the
-// Kubernetes event recorder here after the constructor).
-func (b *Backend) SetNotifier(n Notifier) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.cfg.Notifier = n
-}
-
 // Name implements platform.Backend.
 func (b *Backend) Name() string { return "hns" }
 
