@@ -263,3 +263,33 @@ func TestLocalhostNodePortsOnlyInIptablesMode(t *testing.T) {
 		t.Errorf("ignored: %+v", c.Ignored)
 	}
 }
+
+// TestKubeProxyFieldsOfCurrentRelease: files of the current kube-proxy
+// release load: iptables.snatNodeInternalIP decodes (and is reported as not
+// applied when set), the nodePortAddresses keywords "all" and "localhost"
+// are understood, and an IPv6 bindAddress moves the default health and
+// metrics addresses to IPv6, as kube-proxy's defaulting does.
+func TestKubeProxyFieldsOfCurrentRelease(t *testing.T) {
+	base := "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n"
+	c, err := Parse([]byte(base+"iptables:\n  snatNodeInternalIP: true\nnodePortAddresses: [all, localhost]\n"), "linux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(c.Core.NodePortAddresses, ","); got != "0.0.0.0/0,::/0" {
+		t.Errorf("nodePortAddresses %q", got)
+	}
+	fields := map[string]bool{}
+	for _, ig := range c.Ignored {
+		fields[ig.Field] = true
+	}
+	if !fields["iptables.snatNodeInternalIP"] || !fields["nodePortAddresses"] {
+		t.Errorf("ignored: %+v", c.Ignored)
+	}
+	c, err = Parse([]byte(base+"bindAddress: \"fd00::10\"\nhealthzBindAddress: \"\"\n"), "linux")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HealthzBindAddress != "[::]:10256" || c.MetricsBindAddress != "[::1]:10249" {
+		t.Errorf("IPv6 bindAddress: healthz %q metrics %q", c.HealthzBindAddress, c.MetricsBindAddress)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -42,6 +43,7 @@ type kubeProxyConfiguration struct {
 		MasqueradeBit      *int32   `json:"masqueradeBit"`
 		MasqueradeAll      bool     `json:"masqueradeAll"`
 		LocalhostNodePorts *bool    `json:"localhostNodePorts"`
+		SNATNodeInternalIP *bool    `json:"snatNodeInternalIP"`
 		SyncPeriod         duration `json:"syncPeriod"`
 		MinSyncPeriod      duration `json:"minSyncPeriod"`
 	} `json:"iptables"`
@@ -136,9 +138,12 @@ func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
 		if err != nil {
 			return &FieldError{Field: "bindAddress", Value: k.BindAddress, Reason: "is not an IP address"}
 		}
-		// As kube-proxy: an IPv6 bindAddress makes IPv6 the primary family.
+		// As kube-proxy: an IPv6 bindAddress makes IPv6 the primary family,
+		// and the health and metrics servers listen on IPv6 by default.
 		if a.Is6() && !a.Is4In6() {
 			c.Core.IPFamilies = []v1.IPFamily{v1.IPv6Protocol, v1.IPv4Protocol}
+			c.HealthzBindAddress = netip.AddrPortFrom(netip.IPv6Unspecified(), defaultHealthzPort).String()
+			c.MetricsBindAddress = netip.AddrPortFrom(netip.IPv6Loopback(), defaultMetricsPort).String()
 		}
 	}
 	if err := setBindAddresses(c, k.HealthzBindAddress, k.MetricsBindAddress); err != nil {
@@ -198,6 +203,8 @@ func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
 			ignore(*lnp, "iptables.localhostNodePorts", "kube-proxy applies it in iptables mode only; mode "+c.Mode+" never answers NodePorts on 127.0.0.1")
 		}
 	}
+	ignore(k.IPTables.SNATNodeInternalIP != nil && *k.IPTables.SNATNodeInternalIP, "iptables.snatNodeInternalIP",
+		"crossproxy masquerades to the address of the interface a packet leaves by")
 	ignore(k.IPTables.MasqueradeBit != nil, "iptables.masqueradeBit", "crossproxy marks packets in its own nftables table")
 	ignore(k.NFTables.MasqueradeBit != nil, "nftables.masqueradeBit", "crossproxy marks packets in its own nftables table")
 	ipvsSet := k.IPVS.SyncPeriod.set() || k.IPVS.MinSyncPeriod.set() || k.IPVS.Scheduler != "" || len(k.IPVS.ExcludeCIDRs) > 0 ||
@@ -220,7 +227,9 @@ func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
 	if err := setLocalDetect(c, k.DetectLocalMode, cidrs, k.DetectLocal.BridgeInterface, k.DetectLocal.InterfaceNamePrefix); err != nil {
 		return err
 	}
-	c.Core.NodePortAddresses = k.NodePortAddresses
+	var localhost bool
+	c.Core.NodePortAddresses, localhost = nodePortAddresses(k.NodePortAddresses)
+	ignore(localhost, "nodePortAddresses", `keyword "localhost": crossproxy answers NodePorts on 127.0.0.1 only with iptables.localhostNodePorts (flag --localhost-nodeports)`)
 
 	ignore(k.OOMScoreAdj != nil, "oomScoreAdj", "set the OOM score with the service manager (systemd OOMScoreAdjust=, pod spec)")
 	ct := k.Conntrack
@@ -246,4 +255,23 @@ func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
 	ignore(k.PortRange != "", "portRange", "kube-proxy's userspace mode option; no effect")
 	ignore(k.WindowsRunAsService, "windowsRunAsService", "the crossproxy MSI installs the Windows service itself")
 	return nil
+}
+
+// nodePortAddresses translates kube-proxy's nodePortAddresses keywords the
+// core does not take: "all" becomes 0.0.0.0/0 and ::/0 (every address of the
+// Node), and "localhost" is left out (reported by the caller), since loopback
+// NodePorts are the localhostNodePorts setting's to open. "primary" and CIDRs
+// pass through.
+func nodePortAddresses(in []string) (out []string, localhost bool) {
+	for _, s := range in {
+		switch strings.ToLower(strings.TrimSpace(s)) {
+		case "all":
+			out = append(out, "0.0.0.0/0", "::/0")
+		case "localhost":
+			localhost = true
+		default:
+			out = append(out, s)
+		}
+	}
+	return out, localhost
 }
