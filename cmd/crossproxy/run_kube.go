@@ -211,6 +211,11 @@ func (rk *runKube) connect(ro *runOptions, log logrus.FieldLogger) error {
 func (rk *runKube) observe(ctx context.Context, runner *platform.Runner, hc *health.NodePorts, log logrus.FieldLogger) error {
 	rk.status = health.NewStatus(2 * runner.Config().SyncPeriod)
 	rk.metrics = metrics.New()
+	if hc != nil {
+		// As kube-proxy: a health-check node port fails while the proxy
+		// itself is unhealthy, whatever its local endpoint count.
+		hc.ProxyHealthy = func() bool { return rk.status.Live().Healthy }
+	}
 	runner.OnQueued(func(at time.Time) {
 		rk.status.QueuedUpdate(at)
 		rk.metrics.Queued(at)

@@ -15,6 +15,7 @@ import (
 	"github.com/crossproxy/crossproxy/core"
 	"github.com/crossproxy/crossproxy/platform"
 	"github.com/crossproxy/crossproxy/platform/config"
+	"github.com/crossproxy/crossproxy/platform/health"
 )
 
 // flakyBackend fails every Sync while fail is set.
@@ -90,5 +91,34 @@ func waitUntil(t *testing.T, what string, f func() bool) {
 			t.Fatalf("timed out: %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestObserveWiresProxyHealthIntoNodePorts: the health-check node ports
+// answer 503 while the proxy itself is unhealthy, as kube-proxy's
+// serviceProxyHealthy, so a cloud load balancer stops sending to a node
+// whose rules are stale.
+func TestObserveWiresProxyHealthIntoNodePorts(t *testing.T) {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	tracker, err := core.NewTracker(core.Options{IPFamilies: []v1.IPFamily{v1.IPv4Protocol}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner := platform.NewRunner(platform.RunnerConfig{MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: 50 * time.Millisecond}, tracker, &flakyBackend{}, log)
+	rk := &runKube{cfg: config.Default("linux")}
+	rk.cfg.HealthzBindAddress, rk.cfg.MetricsBindAddress = "", ""
+	hc := &health.NodePorts{Log: log}
+	if err := rk.observe(context.Background(), runner, hc, log); err != nil {
+		t.Fatal(err)
+	}
+	if hc.ProxyHealthy == nil {
+		t.Fatal("NodePorts.ProxyHealthy not wired to the proxy's liveness")
+	}
+	// No sync has run: the start is pending; past 2 x sync period the proxy is unhealthy.
+	waitUntil(t, "node ports see the proxy unhealthy", func() bool { return !hc.ProxyHealthy() })
+	rk.status.Updated(time.Now())
+	if !hc.ProxyHealthy() {
+		t.Error("node ports do not see the proxy healthy after a sync")
 	}
 }
