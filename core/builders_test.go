@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"strings"
 	"testing"
@@ -40,13 +41,23 @@ func defaultNode() *v1.Node { return testNode("n1", "a", "192.168.0.1", "fd00::1
 
 type svcMod func(*v1.Service)
 
+// testService builds a ClusterIP Service. "web" gets 10.96.0.1; any other
+// name its own address derived from the name, since two Services never share
+// a clusterIP (the core leaves the newer one's port out if they do).
 func testService(name string, mods ...svcMod) *v1.Service {
+	cip := "10.96.0.1"
+	if name != "web" {
+		h := fnv.New32a()
+		h.Write([]byte(name))
+		n := h.Sum32()
+		cip = fmt.Sprintf("10.96.%d.%d", 1+(n>>8)%250, 2+n%250)
+	}
 	s := &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
 		Spec: v1.ServiceSpec{
 			Type:       v1.ServiceTypeClusterIP,
-			ClusterIP:  "10.96.0.1",
-			ClusterIPs: []string{"10.96.0.1"},
+			ClusterIP:  cip,
+			ClusterIPs: []string{cip},
 			Ports:      []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP, TargetPort: intstr.FromString("http")}},
 		},
 	}

@@ -87,25 +87,26 @@ func (c claims) move(svc types.NamespacedName, old, nu []*ServicePort, created t
 }
 
 // publish sets r.ports from r.raw without the frontends another Service
-// keeps, each reported in r.conflicts. A ClusterIP frontend is never dropped:
-// the API server gives every Service its own clusterIP, and backends rely on
-// the ClusterIP frontend coming first. Ports that lose nothing are shared
-// with r.raw (r.ports is r.raw itself when nothing is contested).
+// keeps, each reported in r.conflicts. A ClusterIP frontend loses only to
+// another Service's ClusterIP (which the API server never allocates twice, but
+// hand-written manifests can): the whole port is then left out in that family,
+// because backends build every port around its ClusterIP. Ports that lose
+// nothing are shared with r.raw (r.ports is r.raw itself when nothing is
+// contested).
 func (c claims) publish(r *serviceResult, svc types.NamespacedName) {
 	r.conflicts = nil
 	if !c.contested(r.raw) {
 		r.ports = r.raw
 		return
 	}
-	r.ports = make([]*ServicePort, len(r.raw))
-	for i, p := range r.raw {
-		r.ports[i] = p
+	r.ports = make([]*ServicePort, 0, len(r.raw))
+	for _, p := range r.raw {
 		var keep []Frontend
-		dropped := false
+		dropped, lost := false, false
 		for j, f := range p.Frontends {
 			k := claimKey{f.Addr, f.Port, p.Protocol}
 			w := claimant{port: p.Key, kind: f.Kind}
-			if len(c[k]) > 1 && f.Kind != FrontendClusterIP {
+			if len(c[k]) > 1 {
 				w = c.winner(k)
 			}
 			if w.port == p.Key && w.kind == f.Kind {
@@ -113,6 +114,13 @@ func (c claims) publish(r *serviceResult, svc types.NamespacedName) {
 					keep = append(keep, f)
 				}
 				continue
+			}
+			if f.Kind == FrontendClusterIP {
+				r.conflicts = append(r.conflicts, Problem{Kind: "Service", Object: svc.String(), Field: frontendField[f.Kind], Service: svc,
+					Reason: fmt.Sprintf("ClusterIP %s/%s is also the %s frontend of Service %s, which keeps it; port %s not proxied in this family",
+						netip.AddrPortFrom(f.Addr, f.Port), p.Protocol, w.kind, w.port.Service, p.Key.PortName)})
+				lost = true
+				break
 			}
 			if !dropped {
 				keep = append(make([]Frontend, 0, len(p.Frontends)-1), p.Frontends[:j]...)
@@ -122,10 +130,14 @@ func (c claims) publish(r *serviceResult, svc types.NamespacedName) {
 				Reason: fmt.Sprintf("%s %s/%s is also the %s frontend of Service %s, which keeps it; skipped",
 					f.Kind, netip.AddrPortFrom(f.Addr, f.Port), p.Protocol, w.kind, w.port.Service)})
 		}
-		if dropped {
+		switch {
+		case lost:
+		case dropped:
 			cp := *p
 			cp.Frontends = keep
-			r.ports[i] = &cp
+			r.ports = append(r.ports, &cp)
+		default:
+			r.ports = append(r.ports, p)
 		}
 	}
 }

@@ -527,6 +527,18 @@ func TestRule8LoadBalancer(t *testing.T) {
 				expectProblem(t, st, "Service", "default/new", "spec.externalIPs", "ExternalIP 203.0.113.9:80/TCP is also the ExternalIP frontend of Service default/old, which keeps it")
 				expectProblem(t, st, "Service", "default/new", "spec.externalIPs", "ExternalIP 10.96.0.3:80/TCP is also the ClusterIP frontend of Service default/own")
 			}},
+		{name: "two Services with one clusterIP: the older keeps the port, the newer's is left out in that family",
+			services: svcs(
+				testService("new", clusterIPs("10.96.0.1", "fd00:96::2"), externalIPs("203.0.113.7"), created(2)),
+				testService("old", clusterIPs("10.96.0.1"), created(1))),
+			check: func(t *testing.T, st *NodeState) {
+				expectEq(t, "old", frontends(mustPort(t, st, httpV4("old")).Frontends), "ClusterIP 10.96.0.1:80")
+				if p := st.Ports[httpV4("new")]; p != nil {
+					t.Fatalf("the newer Service's IPv4 port must be left out, got %s", frontends(p.Frontends))
+				}
+				expectEq(t, "new v6", frontends(mustPort(t, st, key("new", "http", v1.ProtocolTCP, v1.IPv6Protocol)).Frontends), "ClusterIP [fd00:96::2]:80")
+				expectProblem(t, st, "Service", "default/new", "spec.clusterIPs", "ClusterIP 10.96.0.1:80/TCP is also the ClusterIP frontend of Service default/old, which keeps it; port http not proxied in this family")
+			}},
 		{name: "LoadBalancer without node ports", services: svcs(testService("web", loadBalancer("198.51.100.7"), func(s *v1.Service) { s.Spec.Ports[0].NodePort = 0 })),
 			check: func(t *testing.T, st *NodeState) {
 				expectEq(t, "frontends", frontends(mustPort(t, st, httpV4("web")).Frontends), "ClusterIP 10.96.0.1:80, LoadBalancer 198.51.100.7:80")

@@ -134,7 +134,7 @@ func TestTrackerDeletes(t *testing.T) {
 
 func TestTrackerStaleUDP(t *testing.T) {
 	tr := newTestTracker(t)
-	dns := testService("dns", svcPorts(sport("dns", v1.ProtocolUDP, 53), sport("tcp", v1.ProtocolTCP, 53)), nodePort(30053))
+	dns := testService("dns", clusterIPs("10.96.0.1"), svcPorts(sport("dns", v1.ProtocolUDP, 53), sport("tcp", v1.ProtocolTCP, 53)), nodePort(30053))
 	tr.UpsertService(dns)
 	slice := func(eps ...discovery.Endpoint) *discovery.EndpointSlice {
 		return withSlicePorts(testSlice("dns-1", "dns", eps...), eport("dns", v1.ProtocolUDP, 5353), eport("tcp", v1.ProtocolTCP, 5353))

@@ -137,14 +137,23 @@ func (ro *runOptions) run(ctx context.Context) error {
 		return fmt.Errorf("start backend: %w", err)
 	}
 	runner := platform.NewRunner(ro.runner, tracker, backend, log)
+	var reported map[string]bool // problems already logged
 	runner.OnSync(func(res platform.SyncResult) {
 		entry := log.WithFields(logrus.Fields{"sync": res.ID, "full": res.Full, "duration": res.Duration.String()})
 		if res.Err != nil {
 			return // the runner logs failures
 		}
+		// Each rejected object or field is logged once as a warning, when it
+		// first appears, so a bad manifest is visible without flooding the log.
+		seen := make(map[string]bool, len(res.State.Problems))
 		for _, p := range res.State.Problems {
-			entry.WithField("service", p.Service.String()).Debug(p.String())
+			msg := p.String()
+			seen[msg] = true
+			if !reported[msg] {
+				entry.WithField("service", p.Service.String()).Warn(msg)
+			}
 		}
+		reported = seen
 		entry.WithField("ports", len(res.State.Ports)).Info("rules in sync")
 	})
 
