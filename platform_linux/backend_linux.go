@@ -26,10 +26,12 @@ var _ platform.Backend = (*Backend)(nil)
 // Services' objects; anything unexpected (a failed batch, a table changed from
 // outside) is handled by making the next sync a full one.
 type Backend struct {
-	log    logrus.FieldLogger
-	cfg    Config
-	ns     netNS
-	sysctl Sysctl
+	log logrus.FieldLogger
+	cfg Config
+	ns  netNS
+	// batches is the netlink socket syncs send their batch on.
+	batches *batchConn
+	sysctl  Sysctl
 	// Conntrack cleans up and lists connections; replaceable in tests.
 	conntrack conntracker
 
@@ -68,6 +70,7 @@ func New(cfg platform.BackendConfig, log logrus.FieldLogger) (*Backend, error) {
 		cfg:     Config{Table: cfg.TableName, LocalhostNodePorts: cfg.LocalhostNodePorts},
 		ns:      ns,
 		encoder: newRuleEncoder(),
+		batches: newBatchConn(),
 	}
 	b.sysctl = procSysctl{ns: ns}
 	b.conntrack = &netlinkConntrack{ns: ns}
@@ -259,7 +262,7 @@ func (b *Backend) apply(batch *Batch) error {
 		}
 		return describeOp(batch.Ops[i])
 	}
-	return sendBatch(b.ns, msgs, describe)
+	return b.batches.send(b.ns, msgs, describe)
 }
 
 func describeOp(op Op) string {

@@ -42,10 +42,12 @@ func (c Config) table() string {
 // chain reachable from the table's base chains, so a partial sync costs in
 // proportion to the size of the table it touches; Services are spread over
 // tables of at most a few hundred ports. Each shard adds one base-chain lookup
-// to a connection's first packet (about 1.5% each), hence the cap.
+// to a connection's first packet, hence the cap: at 24 a one-endpoint change
+// at 10k Services takes ~1.6 ms and the first-packet latency at 30k stays
+// within the noise of a one-shard table (test/results/linux.md).
 const (
 	maxPortsPerShard = 256
-	maxShards        = 16
+	maxShards        = 24
 )
 
 // ShardCount is the number of shard tables for n Service ports.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
 	"syscall"
 
 	"github.com/google/nftables"
@@ -65,7 +66,7 @@ func (n netNS) conn() (*nftables.Conn, error) {
 // captureMessages lets google/nftables encode a batch without sending it:
 // its Flush asks for an ACK and an echo of every message and reads them one by
 // one, which for 100,000 rules overflows the socket and takes seconds. The
-// captured messages go out through sendBatch instead.
+// captured messages go out through batchConn.send instead.
 func captureMessages(build func(*nftables.Conn) error) ([]netlink.Message, error) {
 	var captured []netlink.Message
 	c, err := nftables.New(nftables.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
@@ -97,12 +98,24 @@ func (e *BatchError) Error() string {
 
 func (e *BatchError) Unwrap() []error { return e.Errors }
 
-// sendBatch sends captured messages (batch begin, commands, batch end) as
-// one write and waits for the kernel's verdict. Only the last command asks for
-// an ACK; the kernel reports every failed command on its own, so success costs
-// one reply and failure names each failed command through describe(i).
-func sendBatch(ns netNS, msgs []netlink.Message, describe func(i int) string) error {
-	if len(msgs) < 3 {
+// batchConn is the netlink socket batches go out on. It stays open between
+// syncs because closing a NETLINK_NETFILTER socket waits for an RCU grace
+// period in the kernel (milliseconds), which dominated the wall time of a
+// small partial sync. After any error it is closed and the next batch opens a
+// fresh one, so a half-read reply never reaches the next batch. Sequence
+// numbers grow across batches and replies outside the current batch are
+// ignored.
+type batchConn struct {
+	mu  sync.Mutex
+	fd  int // -1: not open
+	seq uint32
+}
+
+func newBatchConn() *batchConn { return &batchConn{fd: -1} }
+
+// open makes the socket in ns if it is not open.
+func (c *batchConn) open(ns netNS) error {
+	if c.fd >= 0 {
 		return nil
 	}
 	var fd int
@@ -114,20 +127,55 @@ func sendBatch(ns netNS, msgs []netlink.Message, describe func(i int) string) er
 	if err != nil {
 		return fmt.Errorf("open netlink socket: %w", err)
 	}
-	defer unix.Close(fd)
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		unix.Close(fd)
 		return fmt.Errorf("bind netlink socket: %w", err)
 	}
 	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
 	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_EXT_ACK, 1)
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20); err != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
+	}
+	c.fd = fd
+	return nil
+}
 
+func (c *batchConn) reset() {
+	if c.fd >= 0 {
+		unix.Close(c.fd)
+		c.fd = -1
+	}
+}
+
+// send sends captured messages (batch begin, commands, batch end) as one
+// write and waits for the kernel's verdict. Only the last command asks for an
+// ACK; the kernel reports every failed command on its own, so success costs
+// one reply and failure names each failed command through describe(i).
+func (c *batchConn) send(ns netNS, msgs []netlink.Message, describe func(i int) string) error {
+	if len(msgs) < 3 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.open(ns); err != nil {
+		return err
+	}
+	err := c.exchange(msgs, describe)
+	if err != nil {
+		c.reset()
+	}
+	return err
+}
+
+func (c *batchConn) exchange(msgs []netlink.Message, describe func(i int) string) error {
 	size := 0
 	for _, m := range msgs {
 		size += nlAlign(16 + len(m.Data))
 	}
 	buf := make([]byte, 0, size)
 	last := len(msgs) - 2 // the last command, before batch end
-	const seqBase = 1
+	seqBase := c.seq + 1
+	c.seq += uint32(len(msgs))
 	for i, m := range msgs {
 		flags := uint16(m.Header.Flags) &^ (unix.NLM_F_ACK | unix.NLM_F_ECHO)
 		if i == last {
@@ -138,27 +186,24 @@ func sendBatch(ns netNS, msgs []netlink.Message, describe func(i int) string) er
 		binary.NativeEndian.PutUint32(h[0:4], uint32(l))
 		binary.NativeEndian.PutUint16(h[4:6], uint16(m.Header.Type))
 		binary.NativeEndian.PutUint16(h[6:8], flags)
-		binary.NativeEndian.PutUint32(h[8:12], uint32(seqBase+i))
+		binary.NativeEndian.PutUint32(h[8:12], seqBase+uint32(i))
 		buf = append(buf, h[:]...)
 		buf = append(buf, m.Data...)
 		for len(buf)%4 != 0 {
 			buf = append(buf, 0)
 		}
 	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, len(buf)+(1<<16)); err != nil {
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, len(buf)+(1<<16))
+	if err := unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, len(buf)+(1<<16)); err != nil {
+		_ = unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, len(buf)+(1<<16))
 	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20); err != nil {
-		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 8<<20)
-	}
-	if err := unix.Sendto(fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	if err := unix.Sendto(c.fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("send nftables batch (%d bytes): %w", len(buf), err)
 	}
 
 	var errs []error
 	rbuf := make([]byte, 1<<20)
 	for {
-		n, _, err := unix.Recvfrom(fd, rbuf, 0)
+		n, _, err := unix.Recvfrom(c.fd, rbuf, 0)
 		if err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue
@@ -171,11 +216,11 @@ func sendBatch(ns netNS, msgs []netlink.Message, describe func(i int) string) er
 		}
 		done := false
 		for _, r := range replies {
-			if r.Header.Type != unix.NLMSG_ERROR || len(r.Data) < 4 {
+			if r.Header.Type != unix.NLMSG_ERROR || len(r.Data) < 4 || r.Header.Seq < seqBase || r.Header.Seq-seqBase >= uint32(len(msgs)) {
 				continue
 			}
 			errno := -int32(binary.NativeEndian.Uint32(r.Data[0:4]))
-			i := int(r.Header.Seq) - seqBase
+			i := int(r.Header.Seq - seqBase)
 			if errno != 0 {
 				what := "batch"
 				if i > 0 && i < len(msgs)-1 {
