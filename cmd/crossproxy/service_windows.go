@@ -355,7 +355,10 @@ func (h *serviceHandler) Execute(_ []string, req <-chan svc.ChangeRequest, statu
 			case svc.Interrogate:
 				status <- c.CurrentStatus
 			case svc.Stop, svc.Shutdown:
-				status <- svc.Status{State: svc.StopPending}
+				// The wait hint asks the service manager to give the sync
+				// loop time to finish a sync in flight before it gives up.
+				status <- svc.Status{State: svc.StopPending, WaitHint: 20000}
+				h.tee.event(eventInfo, fmt.Sprintf("crossproxy service %s stopping", h.name))
 				cancel()
 				err := <-done
 				if err != nil && !errors.Is(err, context.Canceled) {
