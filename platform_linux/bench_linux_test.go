@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
+	"github.com/crossproxy/crossproxy/test/netnsrun"
 
 	"github.com/crossproxy/crossproxy/core"
 )
@@ -168,7 +168,7 @@ func BenchmarkFirstPacket(b *testing.B) {
 				b.Fatal(err)
 			}
 			dst := netip.AddrPortFrom(target.ClusterIP, target.Port).String()
-			err := runIn(node, func() error {
+			err := netnsrun.Do(node, func() error {
 				d := net.Dialer{Timeout: time.Second}
 				for i := 0; i < 50; i++ { // warm up
 					c, err := d.Dial("tcp", dst)
@@ -203,29 +203,9 @@ func BenchmarkFirstPacket(b *testing.B) {
 	}
 }
 
-// runIn runs fn on a thread in the named namespace; the thread is discarded after.
-func runIn(name string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		h, err := netns.GetFromName(name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			errc <- err
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
-
 func listenIn(b *testing.B, ns, addr string) net.Listener {
 	var ln net.Listener
-	if err := runIn(ns, func() error {
+	if err := netnsrun.Do(ns, func() error {
 		var err error
 		ln, err = net.Listen("tcp", addr)
 		return err

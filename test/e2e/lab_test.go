@@ -11,14 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
+	"github.com/crossproxy/crossproxy/test/netnsrun"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -517,27 +516,6 @@ func (l *lab) flush() {
 
 // --- clients ---
 
-// inNS runs fn on a thread switched into the namespace; the thread is thrown
-// away afterwards, so no other goroutine ever runs in the wrong namespace.
-func inNS(name string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		h, err := netns.GetFromName(name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			errc <- err
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
-
 // reply is what an echo server answered.
 type reply struct {
 	Backend string
@@ -560,7 +538,7 @@ func parseReply(s string) (reply, error) {
 // returns the echo server's reply.
 func tcp(ns, src, dst string, timeout time.Duration) (reply, error) {
 	var r reply
-	err := inNS(ns, func() error {
+	err := netnsrun.Do(ns, func() error {
 		d := net.Dialer{Timeout: timeout}
 		if src != "" {
 			d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(src)}
@@ -587,7 +565,7 @@ type udpConn struct{ c net.Conn }
 
 func dialUDP(ns, dst string) (*udpConn, error) {
 	var u *udpConn
-	err := inNS(ns, func() error {
+	err := netnsrun.Do(ns, func() error {
 		c, err := net.Dial("udp", dst)
 		if err != nil {
 			return err

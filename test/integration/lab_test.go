@@ -9,13 +9,12 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
+	"github.com/crossproxy/crossproxy/test/netnsrun"
 )
 
 // lab is three network namespaces: a node where crossproxy programs its
@@ -83,40 +82,12 @@ func newLab(t testing.TB) *lab {
 // NetNSPath is the node namespace's path for crossproxy --netns.
 func (l *lab) NetNSPath() string { return "/run/netns/" + l.Node }
 
-// in runs f on a thread switched into the named namespace. Sockets created in
-// f stay in that namespace.
-func in(name string, f func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return fmt.Errorf("get current netns: %w", err)
-	}
-	defer orig.Close()
-	target, err := netns.GetFromName(name)
-	if err != nil {
-		return fmt.Errorf("open netns %s: %w", name, err)
-	}
-	defer target.Close()
-	if err := netns.Set(target); err != nil {
-		return fmt.Errorf("enter netns %s: %w", name, err)
-	}
-	ferr := f()
-	if err := netns.Set(orig); err != nil {
-		// The thread is in the wrong namespace: keep it locked so Go
-		// retires it instead of reusing it.
-		runtime.LockOSThread()
-		return fmt.Errorf("leave netns %s: %w", name, err)
-	}
-	return ferr
-}
-
 // serveBackends starts one TCP server per backend address on port: each
 // greets a connection with "hello ADDR" and then echoes lines.
 func (l *lab) serveBackends(t testing.TB, port int) {
 	t.Helper()
 	var ls []net.Listener
-	err := in(l.Back, func() error {
+	err := netnsrun.Do(l.Back, func() error {
 		for _, a := range backendAddrs {
 			ln, err := net.Listen("tcp", net.JoinHostPort(a, fmt.Sprint(port)))
 			if err != nil {
@@ -175,7 +146,7 @@ type conn struct {
 // dial connects from the client namespace and reads the greeting.
 func (l *lab) dial(addr string, timeout time.Duration) (*conn, error) {
 	var c net.Conn
-	err := in(l.Client, func() error {
+	err := netnsrun.Do(l.Client, func() error {
 		var err error
 		c, err = net.DialTimeout("tcp", addr, timeout)
 		return err
