@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # build.sh builds the real kube-apiserver (k8s.io/kubernetes v1.37.2) and an
-# embedded etcd into test/.cache/bin/, for the integration tests and their
+# embedded etcd into $XDG_CACHE_HOME/crossproxy/apiserver-bin (default
+# ~/.cache/crossproxy/apiserver-bin, outside the clone so CI's fresh clones
+# reuse it), for the integration tests and their
 # harness (test/harness). It skips the build when both binaries exist and the
 # stamp (go.mod, go.sum, sources, Go version) matches the one they were built
 # from. A cold build takes ~10-15 minutes on 2 cores.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
-bin_dir="${APISERVER_BIN_DIR:-$here/../.cache/bin}"
+bin_dir="${CROSSPROXY_APISERVER_BIN_DIR:-${APISERVER_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/crossproxy/apiserver-bin}}"
 mkdir -p "$bin_dir"
 bin_dir="$(cd "$bin_dir" && pwd)"
 cd "$here"

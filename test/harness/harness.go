@@ -63,7 +63,9 @@ type Identity struct {
 // Options configure Start. The zero value is usable.
 type Options struct {
 	// BinDir holds kube-apiserver and etcd; default $CROSSPROXY_APISERVER_BIN_DIR
-	// or <repo>/test/.cache/bin.
+	// or $XDG_CACHE_HOME/crossproxy/apiserver-bin (~/.cache/...), where
+	// test/apiserver/build.sh puts them: outside the clone, so fresh CI clones
+	// reuse the build.
 	BinDir string
 	// ServiceCIDR is --service-cluster-ip-range; default DefaultServiceCIDR.
 	ServiceCIDR string
@@ -191,11 +193,15 @@ func findBinDir(dir string) (string, error) {
 		dir = os.Getenv(EnvBinDir)
 	}
 	if dir == "" {
-		root, err := repoRoot()
-		if err != nil {
-			return "", err
+		cache := os.Getenv("XDG_CACHE_HOME")
+		if cache == "" {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return "", fmt.Errorf("find apiserver binaries: %w", err)
+			}
+			cache = filepath.Join(home, ".cache")
 		}
-		dir = filepath.Join(root, "test", ".cache", "bin")
+		dir = filepath.Join(cache, "crossproxy", "apiserver-bin")
 	}
 	for _, b := range []string{"kube-apiserver", "etcd"} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
