@@ -19,16 +19,16 @@ func (s plainSource) Snapshot() (*core.NodeState, core.Changes) { return s.t.Sna
 func (s plainSource) ForceFull()                                { s.t.ForceFull() }
 
 // benchRunnerSliceUpdate measures one EndpointSlice update through the
-// Runner (Snapshot, backend, observers) with 10,000 Services x 10 endpoints,
+// Runner (Snapshot, backend, observers) with n Services x 10 endpoints,
 // while an observer keeps the last state as the debug endpoint does.
-func benchRunnerSliceUpdate(b *testing.B, recycle bool) {
+func benchRunnerSliceUpdate(b *testing.B, n int, recycle bool) {
 	tr, err := core.NewTracker(core.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	tr.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	var slices []*discovery.EndpointSlice
-	for i := range 10000 {
+	for i := range n {
 		name := fmt.Sprintf("s%d", i)
 		tr.UpsertService(testService(name, fmt.Sprintf("10.%d.%d.%d", 96+i/65536, i/256%256, i%256)))
 		var addrs []string
@@ -53,7 +53,7 @@ func benchRunnerSliceUpdate(b *testing.B, recycle bool) {
 	})
 	ctx := context.Background()
 	r.syncOnce(ctx, nil)
-	a := slices[5000]
+	a := slices[n/2]
 	shorter := a.DeepCopy()
 	shorter.Endpoints = shorter.Endpoints[:9]
 	versions := []*discovery.EndpointSlice{shorter, a}
@@ -63,14 +63,20 @@ func benchRunnerSliceUpdate(b *testing.B, recycle bool) {
 		tr.UpsertSlice(versions[i%2])
 		i++
 		res := r.syncOnce(ctx, nil)
-		if len(res.Changes.Ports) != 1 || len(res.State.Ports) != 10000 {
+		if len(res.Changes.Ports) != 1 || len(res.State.Ports) != n {
 			b.Fatalf("changed %d of %d ports", len(res.Changes.Ports), len(res.State.Ports))
 		}
 	}
 }
 
 // BenchmarkRunnerSliceUpdate10k: with recycling (target under 1 ms).
-func BenchmarkRunnerSliceUpdate10k(b *testing.B) { benchRunnerSliceUpdate(b, true) }
+func BenchmarkRunnerSliceUpdate10k(b *testing.B) { benchRunnerSliceUpdate(b, 10000, true) }
 
 // BenchmarkRunnerSliceUpdate10kCopy: the same with every state copied.
-func BenchmarkRunnerSliceUpdate10kCopy(b *testing.B) { benchRunnerSliceUpdate(b, false) }
+func BenchmarkRunnerSliceUpdate10kCopy(b *testing.B) { benchRunnerSliceUpdate(b, 10000, false) }
+
+// BenchmarkRunnerSliceUpdate100k: recycling at 100,000 Services.
+func BenchmarkRunnerSliceUpdate100k(b *testing.B) { benchRunnerSliceUpdate(b, 100000, true) }
+
+// BenchmarkRunnerSliceUpdate100kCopy: the same with every state copied.
+func BenchmarkRunnerSliceUpdate100kCopy(b *testing.B) { benchRunnerSliceUpdate(b, 100000, false) }
