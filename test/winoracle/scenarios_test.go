@@ -318,6 +318,8 @@ func scenarios() []scenario {
 		single("l2bridge: trafficDistribution PreferClose", false, close,
 			ep(local1, nodeName, hintZone("a")), ep(remote1, "lin-1", hintZone("b")), ep(remote2, "win-2", hintZone("a"))),
 		single("l2bridge: NodePort without endpoints", false, empty),
+		single("l2bridge: externalTrafficPolicy Local without local endpoints", false, webNPLocal, ep(remote1, "lin-1"), ep(remote2, "win-2")),
+		one("l2bridge: hostNetwork pod on this node", false, svcs(hostNet), slice(hostNet, "a", 9100, ep(nodeIPv4, nodeName), ep(local1, nodeName))),
 
 		single("overlay: ClusterIP, local and remote pods", true, web, ep(local1, nodeName), ep(remote1, "lin-1"), ep(remote2, "win-2")),
 		single("overlay: NodePort, externalTrafficPolicy Cluster", true, webNP, localAndRemote()...),
