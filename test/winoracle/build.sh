@@ -74,8 +74,11 @@ stamp="$({
 	find "$root/core" "$root/platform" "$root/platform_windows" -name '*.go' ! -name '*_test.go' -print0 |
 		sort -z | xargs -0 cat
 } | sha256sum | cut -d' ' -f1)"
-bin="$cache/winoracle.test.exe"
-if [ -f "$bin" ] && [ "$(cat "$cache/.stamp" 2>/dev/null)" = "$stamp" ]; then
+# One binary per stamp, so worktrees and clones of different commits that
+# share the cache (CI, several branches) do not rebuild each other's; the
+# newest few are kept.
+bin="$cache/winoracle-$stamp.test.exe"
+if [ -f "$bin" ]; then
 	log "test binary up to date"
 	echo "$bin"
 	exit 0
@@ -86,8 +89,8 @@ go mod download
 log "building the Windows test binary"
 start=$(date +%s)
 GOOS=windows GOARCH=amd64 CGO_ENABLED=0 nice -n 10 go test -c -p "${WINORACLE_BUILD_P:-2}" \
-	-overlay overlay.json -o "$bin.tmp" .
-mv -f "$bin.tmp" "$bin"
-echo "$stamp" >"$cache/.stamp"
+	-overlay overlay.json -o "$bin.tmp.$$" .
+mv -f "$bin.tmp.$$" "$bin"
+ls -t "$cache"/winoracle-*.test.exe | tail -n +6 | xargs -r rm -f
 log "built in $(($(date +%s) - start))s"
 echo "$bin"
