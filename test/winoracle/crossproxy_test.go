@@ -56,9 +56,13 @@ func newCrossproxyNode(sc *scenario) (*crossproxyNode, error) {
 	for _, rs := range sc.remoteSubnets() {
 		nw.RemoteSubnets = append(nw.RemoteSubnets, hns.RemoteSubnet{Prefix: netip.MustParsePrefix(rs.prefix), ProviderAddress: netip.MustParseAddr(rs.pa)})
 	}
-	n := &crossproxyNode{fake: hns.NewFake(nw, hns.AllFeatures), cni: map[string]bool{}, notices: &noticeLog{}}
+	n := &crossproxyNode{fake: hns.NewFake(nw, allFeatures()), cni: map[string]bool{}, notices: &noticeLog{}}
 	for i, ip := range sc.Locals {
-		n.cni[n.fake.AddLocalEndpoint(fmt.Sprintf("cni-%d", i), netip.MustParseAddr(ip))] = true
+		id, err := n.addLocalEndpoint(fmt.Sprintf("cni-%d", i), netip.MustParseAddr(ip))
+		if err != nil {
+			return nil, err
+		}
+		n.cni[id] = true
 	}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
@@ -66,6 +70,10 @@ func newCrossproxyNode(sc *scenario) (*crossproxyNode, error) {
 	if v := sc.sourceVIP(); v != "" {
 		cfg.SourceVIP = netip.MustParseAddr(v)
 	}
+	// The node's address and the host MAC (for the source-VIP endpoint on
+	// overlay), as cmd gives them, where this crossproxy's Config has them.
+	setIfPresent(&cfg, "NodeIP", netip.MustParseAddr(nodeIPv4))
+	setIfPresent(&cfg, "HostMAC", func(netip.Addr) (string, error) { return hostMAC, nil })
 	b, err := hns.New(n.fake, cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("crossproxy backend: %w", err)
@@ -100,11 +108,21 @@ func (n *crossproxyNode) apply(prev, cur *objects) error {
 	return nil
 }
 
-// programmed reads the fake HNS back.
-func (n *crossproxyNode) programmed() Programmed {
+// programmed reads the fake HNS back through the HNS interface (the list
+// calls the backend itself makes).
+func (n *crossproxyNode) programmed() (Programmed, error) {
 	var out Programmed
+	ctx := context.Background()
+	eps, err := n.fake.ListEndpoints(ctx, networkID)
+	if err != nil {
+		return out, fmt.Errorf("list crossproxy's HNS endpoints: %w", err)
+	}
+	lbs, err := n.fake.ListLoadBalancers(ctx)
+	if err != nil {
+		return out, fmt.Errorf("list crossproxy's HNS load balancers: %w", err)
+	}
 	ipOf := map[string]string{}
-	for _, ep := range n.fake.Endpoints() {
+	for _, ep := range eps {
 		ipOf[ep.ID] = ep.IP.String()
 		if n.cni[ep.ID] {
 			continue
@@ -115,7 +133,7 @@ func (n *crossproxyNode) programmed() Programmed {
 		}
 		out.Endpoints = append(out.Endpoints, e)
 	}
-	for _, lb := range n.fake.LoadBalancers() {
+	for _, lb := range lbs {
 		o := LB{Protocol: lb.Protocol.String(), ExternalPort: lb.ExternalPort, InternalPort: lb.InternalPort, Distribution: "None"}
 		for _, v := range lb.FrontendVIPs {
 			o.VIPs = append(o.VIPs, v.String())
@@ -131,7 +149,34 @@ func (n *crossproxyNode) programmed() Programmed {
 		o.Backends = backendIPs(lb.EndpointIDs, ipOf)
 		out.LBs = append(out.LBs, o)
 	}
-	return out
+	return out, nil
+}
+
+// addLocalEndpoint adds the CNI's endpoint for a pod on this node. The fake
+// has had two ways (a helper, later the HNS call CreateLocalEndpoint); both
+// are looked up dynamically so the oracle builds against either.
+func (n *crossproxyNode) addLocalEndpoint(name string, ip netip.Addr) (string, error) {
+	switch f := any(n.fake).(type) {
+	case interface {
+		AddLocalEndpoint(string, netip.Addr) string
+	}:
+		return f.AddLocalEndpoint(name, ip), nil
+	case interface {
+		CreateLocalEndpoint(context.Context, string, hns.Endpoint) (hns.Endpoint, error)
+	}:
+		ep, err := f.CreateLocalEndpoint(context.Background(), networkID, hns.Endpoint{Name: name, IP: ip, MAC: conjureMAC("00-15", ip.String())})
+		return ep.ID, err
+	}
+	return "", fmt.Errorf("hns.Fake has neither AddLocalEndpoint nor CreateLocalEndpoint")
+}
+
+// allFeatures is hns.AllFeatures, a variable once and a function later.
+func allFeatures() hns.Features {
+	v := reflect.ValueOf(hns.AllFeatures)
+	if v.Kind() == reflect.Func {
+		v = v.Call(nil)[0]
+	}
+	return v.Interface().(hns.Features)
 }
 
 // lbFlagNames are the HNS load balancer flags; every other boolean of
@@ -195,4 +240,14 @@ func diffObjects[T named](prev, cur []T, add func(T), update func(old, cur T), d
 func conjureMAC(prefix, ip string) string {
 	a := netip.MustParseAddr(ip).As16()
 	return strings.ToLower(fmt.Sprintf("%s-%02x-%02x-%02x-%02x", prefix, a[12], a[13], a[14], a[15]))
+}
+
+// setIfPresent sets the field name of *cfg to v if the struct has such a
+// field of v's type, so the oracle runs against the backend before and after
+// the fields were added (issue 10's fixes add them).
+func setIfPresent[T any](cfg *T, name string, v any) {
+	f := reflect.ValueOf(cfg).Elem().FieldByName(name)
+	if f.IsValid() && f.CanSet() && reflect.TypeOf(v).AssignableTo(f.Type()) {
+		f.Set(reflect.ValueOf(v))
+	}
 }

@@ -126,7 +126,11 @@ func run(sc *scenario) ([]row, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: reading winkernel's HNS: %w", name, err)
 		}
-		rows = append(rows, row{name: name, diffs: Compare(want, cp.programmed()), notices: cp.notices.take()})
+		got, err := cp.programmed()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		rows = append(rows, row{name: name, diffs: Compare(want, got), notices: cp.notices.take()})
 	}
 	return rows, nil
 }
