@@ -62,7 +62,7 @@ func newCrossproxyNode(sc *scenario) (*crossproxyNode, error) {
 		if err != nil {
 			return nil, err
 		}
-		n.cni[id] = true
+		n.cni[strings.ToLower(id)] = true
 	}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
@@ -123,8 +123,8 @@ func (n *crossproxyNode) programmed() (Programmed, error) {
 	}
 	ipOf := map[string]string{}
 	for _, ep := range eps {
-		ipOf[ep.ID] = ep.IP.String()
-		if n.cni[ep.ID] {
+		ipOf[strings.ToLower(ep.ID)] = ep.IP.String() // HNS reports ids in its own case
+		if n.cni[strings.ToLower(ep.ID)] {
 			continue
 		}
 		e := Endpoint{IP: ep.IP.String(), Remote: ep.Remote, MAC: ep.MAC}

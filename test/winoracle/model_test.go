@@ -293,12 +293,13 @@ func (a *Allowlist) Stale() []*AllowEntry {
 	return s
 }
 
-// backendIPs maps a load balancer's HNS endpoint ids to their addresses,
-// sorted; an id HNS does not know shows as such.
+// backendIPs maps a load balancer's HNS endpoint ids to their addresses
+// (ipOf is keyed by lower-case id: HNS reports ids in its own case), sorted;
+// an id HNS does not know shows as such.
 func backendIPs(ids []string, ipOf map[string]string) []string {
 	out := make([]string, 0, len(ids))
 	for _, id := range ids {
-		ip, ok := ipOf[id]
+		ip, ok := ipOf[strings.ToLower(id)]
 		if !ok {
 			ip = "unknown-endpoint-" + id
 		}

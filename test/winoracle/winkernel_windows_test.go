@@ -110,11 +110,11 @@ func (n *winkernelNode) programmed() (Programmed, error) {
 		for _, c := range ep.IpConfigurations {
 			ips = append(ips, c.IpAddress)
 		}
-		ipOf[ep.Id] = strings.Join(ips, ",")
+		ipOf[strings.ToLower(ep.Id)] = strings.Join(ips, ",")
 		if n.cni[ep.Id] {
 			continue
 		}
-		e := Endpoint{IP: ipOf[ep.Id], Remote: ep.Flags&hcn.EndpointFlagsRemoteEndpoint != 0, MAC: ep.MacAddress}
+		e := Endpoint{IP: ipOf[strings.ToLower(ep.Id)], Remote: ep.Flags&hcn.EndpointFlagsRemoteEndpoint != 0, MAC: ep.MacAddress}
 		for _, pol := range ep.Policies {
 			if pol.Type == hcn.NetworkProviderAddress {
 				var s hcn.ProviderAddressEndpointPolicySetting
