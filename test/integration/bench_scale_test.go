@@ -1,0 +1,353 @@
+//go:build integration && linux
+
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/platform"
+	"github.com/crossproxy/crossproxy/platform/kube"
+	nft "github.com/crossproxy/crossproxy/platform_linux"
+	"github.com/crossproxy/crossproxy/test/harness"
+)
+
+// scaleServices is the number of Services of the scale benchmarks
+// (XPS_SERVICES, default 10,000), each with one slice of 10 endpoints.
+func scaleServices(tb testing.TB) int {
+	n := 10000
+	if v := os.Getenv("XPS_SERVICES"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 100 {
+			tb.Fatalf("XPS_SERVICES=%q: want a number >= 100", v)
+		}
+	}
+	return n
+}
+
+// newScaleEnv is an apiserver whose Service range holds n Services, the lab,
+// this node, and n Services of 10 endpoints each (half on this node).
+func newScaleEnv(b *testing.B, n int) *env {
+	b.Helper()
+	api := harness.New(b, harness.Options{ServiceCIDR: "10.96.0.0/12"})
+	e := &env{t: b, api: api, lab: newLab(b), ctx: context.Background(), user: harness.AdminUser}
+	e.admin = kubernetes.NewForConfigOrDie(api.AdminConfig())
+	e.node = "xpk-node-" + e.lab.id
+	e.createNode()
+	e.lab.serveBackends(b, 8080)
+	cfg := api.AdminConfig()
+	cfg.QPS, cfg.Burst = 5000, 5000
+	start := time.Now()
+	populate(b, kubernetes.NewForConfigOrDie(cfg), "bench", n, 10, e.node)
+	b.Logf("populated %d Services / %d endpoints in %v", n, n*10, time.Since(start).Round(time.Second))
+	return e
+}
+
+// loadavg is /proc/loadavg's first three fields, recorded with each figure.
+func loadavg() string {
+	data, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// procStatusKB is a "VmHWM"/"VmRSS" line of /proc/PID/status in KiB.
+func procStatusKB(tb testing.TB, pid int, field string) int64 {
+	tb.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		tb.Fatalf("process status: %v", err)
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), field+":"); ok {
+			v, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return v
+		}
+	}
+	tb.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// lastLiveHeapMB is the live heap after the last garbage collection the
+// process logged with GODEBUG=gctrace=1 ("A->B->C MB": C is live).
+func lastLiveHeapMB(log string) (float64, int) {
+	live, gcs := -1.0, 0
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.HasPrefix(line, "gc ") {
+			continue
+		}
+		i := strings.Index(line, " MB, ")
+		if i < 0 {
+			continue
+		}
+		j := strings.LastIndex(line[:i], "->")
+		if v, err := strconv.ParseFloat(line[j+2:i], 64); err == nil {
+			live, gcs = v, gcs+1
+		}
+	}
+	return live, gcs
+}
+
+// waitMetric polls the proxy's /metrics until series reaches at least want.
+func waitMetric(b *testing.B, e *env, series string, want float64, timeout time.Duration) float64 {
+	b.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if v, ok := metric(b, e.mport, series); ok && v >= want {
+			return v
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s did not reach %v within %v\n%s", series, want, timeout, tail(e.proxy.logText(), 3000))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// moveEndpoint changes the first endpoint address of Service i's slice.
+func moveEndpoint(b *testing.B, client kubernetes.Interface, i, round int) {
+	b.Helper()
+	ctx := context.Background()
+	name := fmt.Sprintf("svc-%05d-1", i)
+	s, err := client.DiscoveryV1().EndpointSlices("bench").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		b.Fatalf("get %s: %v", name, err)
+	}
+	s.Endpoints[0].Addresses = []string{fmt.Sprintf("10.250.%d.%d", round/250, round%250+1)}
+	if _, err := client.DiscoveryV1().EndpointSlices("bench").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		b.Fatalf("update %s: %v", name, err)
+	}
+}
+
+// BenchmarkScaleMemory runs the real crossproxy binary against the real
+// apiserver holding XPS_SERVICES Services x 10 endpoints, programming the
+// lab's node namespace: start-up, first full sync, then 100 endpoint
+// changes one at a time. It reports the process's peak RSS (VmHWM), the
+// full and mean partial sync durations (the proxy's own histograms), its CPU
+// time and its live heap after the last GC (GODEBUG=gctrace=1).
+func BenchmarkScaleMemory(b *testing.B) {
+	n := scaleServices(b)
+	e := newScaleEnv(b, n)
+	cfg := e.api.AdminConfig()
+	cfg.QPS, cfg.Burst = 1000, 1000
+	client := kubernetes.NewForConfigOrDie(cfg)
+	b.Setenv("GODEBUG", "gctrace=1")
+	b.ResetTimer()
+	for range b.N {
+		load0 := loadavg()
+		t0 := time.Now()
+		p := e.startProxy("--min-sync-period", "50ms", "--sync-period", "30s", "--full-sync-period", "1h", "--log-level", "info")
+		pid := p.cmd.Process.Pid
+		waitMetric(b, e, "kubeproxy_sync_full_proxy_rules_duration_seconds_count", 1, 10*time.Minute)
+		ready := time.Since(t0)
+		fullSum, _ := metric(b, e.mport, "kubeproxy_sync_full_proxy_rules_duration_seconds_sum")
+		cpuReady := procCPU(b, pid)
+		hwmSync := procStatusKB(b, pid, "VmHWM")
+
+		c0, _ := metric(b, e.mport, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count")
+		s0, _ := metric(b, e.mport, "kubeproxy_sync_partial_proxy_rules_duration_seconds_sum")
+		cpu1 := procCPU(b, pid)
+		const changes = 100
+		for i := range changes {
+			cur, _ := metric(b, e.mport, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count")
+			moveEndpoint(b, client, i*(n/changes), i)
+			waitMetric(b, e, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count", cur+1, time.Minute)
+		}
+		c1, _ := metric(b, e.mport, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count")
+		s1, _ := metric(b, e.mport, "kubeproxy_sync_partial_proxy_rules_duration_seconds_sum")
+		cpuChanges := procCPU(b, pid) - cpu1
+		hwm := procStatusKB(b, pid, "VmHWM")
+		rss := procStatusKB(b, pid, "VmRSS")
+		live, gcs := lastLiveHeapMB(p.logText())
+		p.stop()
+
+		partial := (s1 - s0) / math.Max(c1-c0, 1)
+		b.ReportMetric(float64(hwm)/1024, "peak-rss-MiB")
+		b.ReportMetric(float64(hwmSync)/1024, "peak-rss-first-sync-MiB")
+		b.ReportMetric(fullSum, "full-sync-s")
+		b.ReportMetric(partial*1000, "partial-sync-ms")
+		b.ReportMetric(live, "live-heap-MB")
+		b.Logf("%d Services: ready (list + first full sync) %v, full sync %.2fs, cpu to ready %v; %d partial syncs for %d changes, mean %.2f ms, cpu %v; "+
+			"peak RSS %.0f MiB (%.0f after first sync), RSS at end %.0f MiB, live heap after last of %d GCs %.0f MB; load %s -> %s",
+			n, ready.Round(time.Millisecond), fullSum, cpuReady.Round(time.Millisecond), int(c1-c0), changes, partial*1000, cpuChanges.Round(time.Millisecond),
+			float64(hwm)/1024, float64(hwmSync)/1024, float64(rss)/1024, gcs, live, load0, loadavg())
+	}
+}
+
+// BenchmarkScaleHeap runs crossproxy's pipeline in the benchmark process
+// (kube.Source -> core.Tracker -> platform.Runner -> nftables backend in the
+// lab's node namespace) against the same kind of apiserver, and after the
+// first full sync reports the heap it holds (after GC, minus what the process
+// held before) with a breakdown by owner from a heap profile: informer
+// caches, tracker, NodeState, the applied model, the netlink batch.
+func BenchmarkScaleHeap(b *testing.B) {
+	n := scaleServices(b)
+	e := newScaleEnv(b, n)
+	cfg := e.api.AdminConfig()
+	kube.UseProtobuf(cfg)
+	client := kubernetes.NewForConfigOrDie(cfg)
+	runtime.MemProfileRate = 4096
+	b.ResetTimer()
+	for range b.N {
+		runtime.GC()
+		debug.FreeOSMemory()
+		before := heapAlloc()
+		base := heapProfile()
+		log := logrus.New()
+		log.SetLevel(logrus.WarnLevel)
+		tracker, err := core.NewTracker(core.Options{IPFamilies: []v1.IPFamily{v1.IPv4Protocol}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		backend, err := nft.New(platform.BackendConfig{NetNSPath: e.lab.NetNSPath(), TableName: "crossproxy"}, log)
+		if err != nil {
+			b.Fatal(err)
+		}
+		runner := platform.NewRunner(platform.RunnerConfig{MinSyncPeriod: 50 * time.Millisecond, SyncPeriod: time.Hour, FullSyncPeriod: time.Hour}, tracker, backend, log)
+		synced := make(chan platform.SyncResult, 16)
+		runner.OnSync(func(r platform.SyncResult) {
+			select {
+			case synced <- platform.SyncResult{Full: r.Full, Err: r.Err, Duration: r.Duration}:
+			default:
+			}
+		})
+		src := &kube.Source{Client: client, NodeName: e.node, Sink: tracker, OnChange: runner.Trigger, Log: log}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 2)
+		go func() { done <- src.Run(ctx) }()
+		go func() { done <- runner.Run(ctx) }()
+		r := <-synced
+		if r.Err != nil || !r.Full {
+			b.Fatalf("first sync: full %v, %v", r.Full, r.Err)
+		}
+		held := heapAlloc() - before
+		prof := heapProfile()
+		b.ReportMetric(float64(held)/(1<<20), "steady-heap-MiB")
+		b.Logf("%d Services: first full sync %v; heap held after GC %.1f MiB (load %s)", n, r.Duration.Round(time.Millisecond), float64(held)/(1<<20), loadavg())
+		b.Logf("heap breakdown (in use, sampled at 4 KiB):\n%s", prof.minus(base).table())
+		cancel()
+		<-done
+		<-done
+		_ = backend.Cleanup(context.Background())
+	}
+}
+
+func heapAlloc() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// heapOwners are the owners of the breakdown, tried in order against the
+// functions of each allocation's stack (innermost first): the first owner
+// with a matching frame gets the bytes.
+var heapOwners = []struct{ name, match string }{
+	{"netlink batch and encoder cache", "platform_linux.(*ruleEncoder)|platform_linux.(*batchConn)|platform_linux.captureMessages|google/nftables"},
+	{"applied model (nft ruleset kept by the backend)", "platform_linux."},
+	{"NodeState (core snapshot)", "core.(*Tracker).snapshot|core.(*Tracker).Snapshot"},
+	{"tracker (core upserts)", "core.(*Tracker)"},
+	{"informer caches (decoded objects, stores)", "k8s.io/"},
+}
+
+type heapBreakdown map[string]float64
+
+// heapProfile sums the in-use bytes of the heap profile by owner, scaled for
+// sampling as pprof does.
+func heapProfile() heapBreakdown {
+	runtime.GC()
+	var recs []runtime.MemProfileRecord
+	for {
+		n, ok := runtime.MemProfile(recs, false)
+		if ok {
+			recs = recs[:n]
+			break
+		}
+		recs = make([]runtime.MemProfileRecord, n+100)
+	}
+	rate := float64(runtime.MemProfileRate)
+	out := heapBreakdown{}
+	for _, r := range recs {
+		objs, bytes := r.InUseObjects(), r.InUseBytes()
+		if objs == 0 || bytes == 0 {
+			continue
+		}
+		avg := float64(bytes) / float64(objs)
+		scaled := float64(bytes) / (1 - math.Exp(-avg/rate))
+		out[ownerOf(r.Stack())] += scaled
+	}
+	return out
+}
+
+func ownerOf(stack []uintptr) string {
+	frames := runtime.CallersFrames(stack)
+	var names []string
+	for {
+		f, more := frames.Next()
+		names = append(names, f.Function)
+		if !more {
+			break
+		}
+	}
+	for _, o := range heapOwners {
+		for _, alt := range strings.Split(o.match, "|") {
+			for _, fn := range names {
+				if strings.Contains(fn, alt) {
+					return o.name
+				}
+			}
+		}
+	}
+	return "other"
+}
+
+func (h heapBreakdown) minus(base heapBreakdown) heapBreakdown {
+	out := heapBreakdown{}
+	for k, v := range h {
+		out[k] = v - base[k]
+	}
+	return out
+}
+
+func (h heapBreakdown) table() string {
+	keys := make([]string, 0, len(h))
+	total := 0.0
+	for k, v := range h {
+		keys = append(keys, k)
+		total += v
+	}
+	slices.SortFunc(keys, func(a, b string) int { return int(h[b] - h[a]) })
+	var sb strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&sb, "| %s | %.1f MiB |\n", k, h[k]/(1<<20))
+	}
+	fmt.Fprintf(&sb, "| total | %.1f MiB |\n", total/(1<<20))
+	return sb.String()
+}
