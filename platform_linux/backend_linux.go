@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -250,14 +249,14 @@ func (b *Backend) inventory() (map[string]Inventory, error) {
 // apply encodes the batch with google/nftables and sends it in one write.
 func (b *Backend) apply(batch *Batch) error {
 	start := time.Now()
-	msgs, err := b.encoder.encode(batch)
+	msgs, err := b.encoder.encode(batch, b.batches.reserve(len(batch.Ops)+2))
 	if err != nil {
 		return err
 	}
 	b.lastEncode = time.Since(start)
 	defer func() { b.lastKernel = time.Since(start) - b.lastEncode }()
 	describe := func(i int) string {
-		if len(msgs)-2 != len(batch.Ops) || i < 0 || i >= len(batch.Ops) {
+		if msgs.messages()-2 != len(batch.Ops) || i < 0 || i >= len(batch.Ops) {
 			return fmt.Sprintf("command %d", i)
 		}
 		return describeOp(batch.Ops[i])
@@ -306,92 +305,6 @@ func nftSet(t *nftables.Table, s Set) *nftables.Set {
 		ns.Dynamic, ns.HasTimeout, ns.Timeout = true, true, s.Timeout
 	}
 	return ns
-}
-
-func elementKey(kind SetKind, e Element) []byte {
-	switch kind {
-	case SetFrontends:
-		k := append([]byte(nil), e.Addr.AsSlice()...)
-		k = append(k, l4proto(e.Proto), 0, 0, 0, byte(e.Port>>8), byte(e.Port), 0, 0)
-		return k
-	case SetAddrPairs:
-		return append(e.Addr.AsSlice(), e.Addr2.AsSlice()...)
-	}
-	return e.Addr.AsSlice()
-}
-
-func nftElements(kind SetKind, es []Element, withData bool) []nftables.SetElement {
-	out := make([]nftables.SetElement, len(es))
-	for i, e := range es {
-		out[i] = nftables.SetElement{Key: elementKey(kind, e)}
-		if withData && kind == SetFrontends {
-			out[i].VerdictData = &expr.Verdict{Kind: expr.VerdictGoto, Chain: e.Chain}
-			out[i].Comment = e.Comment
-		}
-	}
-	return out
-}
-
-// encodeBatch turns the planned commands into google/nftables calls.
-func encodeBatch(c *nftables.Conn, batch *Batch) error {
-	setID := uint32(0)
-	tables := map[string]*nftables.Table{}
-	for _, op := range batch.Ops {
-		t := tables[op.Table]
-		if t == nil {
-			t = tableObj(op.Table)
-			tables[op.Table] = t
-		}
-		switch op.Kind {
-		case OpAddTable:
-			c.AddTable(t)
-		case OpDelTable:
-			c.DelTable(t)
-		case OpFlushTable:
-			c.FlushTable(t)
-		case OpAddSet:
-			s := nftSet(t, op.Set)
-			setID++
-			s.ID = setID
-			if err := c.AddSet(s, nil); err != nil {
-				return fmt.Errorf("encode set %s: %w", op.Set.Name, err)
-			}
-		case OpDelSet:
-			c.DelSet(&nftables.Set{Table: t, Name: op.Set.Name})
-		case OpFlushSet:
-			c.FlushSet(&nftables.Set{Table: t, Name: op.Set.Name})
-		case OpAddChain:
-			ch := &nftables.Chain{Table: t, Name: op.Chain.Name}
-			if h := op.Chain.Hook; h != nil {
-				ch.Type = nftables.ChainType(h.Type)
-				ch.Hooknum = hooks[h.Hook]
-				ch.Priority = nftables.ChainPriorityRef(nftables.ChainPriority(h.Priority))
-			}
-			c.AddChain(ch)
-		case OpFlushChain:
-			c.FlushChain(&nftables.Chain{Table: t, Name: op.Chain.Name})
-		case OpDelChain:
-			c.DelChain(&nftables.Chain{Table: t, Name: op.Chain.Name})
-		case OpAddRule:
-			exprs, err := ruleExprs(op.Rule)
-			if err != nil {
-				return fmt.Errorf("encode rule of chain %s: %w", op.Chain.Name, err)
-			}
-			c.AddRule(&nftables.Rule{Table: t, Chain: &nftables.Chain{Table: t, Name: op.Chain.Name}, Exprs: exprs})
-		case OpAddElements, OpDelElements:
-			s := nftSet(t, op.Set)
-			var err error
-			if op.Kind == OpAddElements {
-				err = c.SetAddElements(s, nftElements(op.Set.Kind, op.Elements, true))
-			} else {
-				err = c.SetDeleteElements(s, nftElements(op.Set.Kind, op.Elements, false))
-			}
-			if err != nil {
-				return fmt.Errorf("encode elements of set %s: %w", op.Set.Name, err)
-			}
-		}
-	}
-	return nil
 }
 
 // Cleanup deletes crossproxy's tables (and with them every chain, set and

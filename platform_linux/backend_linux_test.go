@@ -329,3 +329,55 @@ func TestPartialSyncMovesFrontendBetweenServices(t *testing.T) {
 		t.Errorf("partial sync differs from a full sync of the same state:\npartial:\n%s\nfull:\n%s", partial, full)
 	}
 }
+
+// TestBatchOverManyChunks sends a full sync larger than several batch chunks
+// (about 3 MiB: 1,000 Services x 10 endpoints), then a batch whose refused
+// command lies in its last chunk: the first must program every rule, the
+// second must be refused as a whole, naming that command, with the table
+// unchanged. Both prove the chunks reach the kernel as one batch.
+func TestBatchOverManyChunks(t *testing.T) {
+	ns := testNS(t)
+	b := newTestBackend(t, ns)
+	st := scaleStateN(1000, 10)
+	if err := b.Sync(context.Background(), st, core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	full := b.LastSync()
+	enc, err := b.encoder.encode(PlanFull(Build(st, b.cfg), map[string]Inventory{}, false), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chunks, size := enc.all(); len(chunks) < 3 || size < 2*batchChunk {
+		t.Fatalf("a full sync of 1,000 Services encoded to %d bytes in %d chunks; the test needs several", size, len(chunks))
+	}
+	ruleset := nftIn(t, ns, "list", "ruleset")
+	if n := strings.Count(ruleset, "dnat ip to "); n != 10000 {
+		t.Fatalf("%d dnat rules programmed, want 10,000 (%d commands sent)", n, full.Commands)
+	}
+
+	// Rewrite every Service chain, then refer to a missing chain at the end.
+	bad := &Batch{}
+	var last *Chain
+	var lastShard string
+	for _, p := range b.applied.Ports {
+		shard := ShardTable("crossproxy", p.Shard)
+		for _, c := range p.Chains {
+			bad.add(Op{Kind: OpFlushChain, Table: shard, Chain: c})
+			for _, r := range c.Rules {
+				bad.add(Op{Kind: OpAddRule, Table: shard, Chain: c, Rule: r})
+			}
+			last, lastShard = c, shard
+		}
+	}
+	bad.add(Op{Kind: OpAddRule, Table: lastShard, Chain: last, Rule: Rule{Verdict{Kind: "goto", Chain: "no-such-chain"}}})
+	err = b.apply(bad)
+	if err == nil {
+		t.Fatal("the kernel accepted a goto to a missing chain")
+	}
+	if !strings.Contains(err.Error(), "goto no-such-chain") {
+		t.Errorf("error does not name the refused command: %v", err)
+	}
+	if after := nftIn(t, ns, "list", "ruleset"); after != ruleset {
+		t.Error("a refused multi-chunk batch changed the table")
+	}
+}

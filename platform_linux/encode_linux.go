@@ -4,9 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
-	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 )
@@ -48,13 +46,11 @@ func cacheable(s Stmt) bool {
 	return true
 }
 
-// stmt returns the statement's expressions as a run of NFTA_LIST_ELEM attributes.
+// stmt returns the statement's expressions as a run of NFTA_LIST_ELEM
+// attributes (DNAT is appended in place by appendRule instead).
 func (e *ruleEncoder) stmt(s Stmt) ([]byte, error) {
 	if b, ok := e.cache[s]; ok {
 		return b, nil
-	}
-	if d, ok := s.(DNAT); ok {
-		return e.dnat(d)
 	}
 	exprs, err := ruleExprs(Rule{s})
 	if err != nil {
@@ -77,15 +73,14 @@ func (e *ruleEncoder) stmt(s Stmt) ([]byte, error) {
 	return b, nil
 }
 
-// dnat encodes the two immediate loads by hand and reuses the encoded NAT
-// expression, which is the same for every endpoint of a family.
-func (e *ruleEncoder) dnat(d DNAT) ([]byte, error) {
+// appendDNAT appends the two immediate loads, written by hand, and the
+// encoded NAT expression, which is the same for every endpoint of a family.
+func (e *ruleEncoder) appendDNAT(b []byte, d DNAT) ([]byte, error) {
 	nat, err := e.natExpr(d.Family)
 	if err != nil {
 		return nil, err
 	}
 	addr := d.To.Addr().AsSlice()
-	b := make([]byte, 0, immediateLen(len(addr))+immediateLen(2)+len(nat))
 	b = appendImmediate(b, reg1, addr)
 	b = appendImmediate(b, reg2, []byte{byte(d.To.Port() >> 8), byte(d.To.Port())})
 	return append(b, nat...), nil
@@ -149,92 +144,81 @@ func appendImmediate(b []byte, reg uint32, data []byte) []byte {
 	return pad4(append(b, data...))
 }
 
-// rule encodes one NEWRULE (append) message.
-func (e *ruleEncoder) rule(table, chain string, r Rule) (netlink.Message, error) {
-	var parts [8][]byte
-	stmts := parts[:0]
-	size := 0
-	for _, s := range r {
-		b, err := e.stmt(s)
-		if err != nil {
-			return netlink.Message{}, fmt.Errorf("rule %q of chain %s: %w", r, chain, err)
-		}
-		stmts = append(stmts, b)
-		size += len(b)
-	}
-	data := make([]byte, 0, 4+2*4+align4(len(table)+1)+align4(len(chain)+1)+4+size)
+// appendRule appends the payload of one NEWRULE (append) message: the
+// statements are written straight into the batch, so a full sync holds its
+// rules once, as the bytes the kernel reads.
+func (e *ruleEncoder) appendRule(data []byte, table, chain string, r Rule) ([]byte, error) {
 	data = append(data, unix.NFPROTO_INET, unix.NFNETLINK_V0, 0, 0)
 	data = appendHdr(data, 4+len(table)+1, unix.NFTA_RULE_TABLE)
 	data = pad4(append(append(data, table...), 0))
 	data = appendHdr(data, 4+len(chain)+1, unix.NFTA_RULE_CHAIN)
 	data = pad4(append(append(data, chain...), 0))
-	data = appendHdr(data, 4+size, unix.NLA_F_NESTED|unix.NFTA_RULE_EXPRESSIONS)
-	for _, b := range stmts {
-		data = append(data, b...)
+	at := len(data)
+	data = appendHdr(data, 0, unix.NLA_F_NESTED|unix.NFTA_RULE_EXPRESSIONS)
+	for _, s := range r {
+		var err error
+		if d, ok := s.(DNAT); ok {
+			data, err = e.appendDNAT(data, d)
+		} else {
+			var b []byte
+			b, err = e.stmt(s)
+			data = append(data, b...)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("rule %q of chain %s: %w", r, chain, err)
+		}
 	}
-	return netlink.Message{
-		Header: netlink.Header{
-			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWRULE),
-			Flags: netlink.Request | netlink.Create | unix.NLM_F_APPEND,
-		},
-		Data: data,
-	}, nil
+	if len(data)-at > 0xffff {
+		return nil, fmt.Errorf("rule %q of chain %s: %d bytes of expressions, over the netlink attribute limit", r, chain, len(data)-at)
+	}
+	binary.NativeEndian.PutUint16(data[at:at+2], uint16(len(data)-at))
+	return data, nil
 }
 
-// chainMessage encodes NEWCHAIN for a regular (not base) chain.
-func chainMessage(table, chain string) netlink.Message {
-	data := make([]byte, 0, 4+8+align4(len(table)+1)+align4(len(chain)+1))
+// appendChain appends the payload of NEWCHAIN for a regular (not base) chain.
+func appendChain(data []byte, table, chain string) []byte {
 	data = append(data, unix.NFPROTO_INET, unix.NFNETLINK_V0, 0, 0)
 	data = appendHdr(data, 4+len(table)+1, unix.NFTA_CHAIN_TABLE)
 	data = pad4(append(append(data, table...), 0))
 	data = appendHdr(data, 4+len(chain)+1, unix.NFTA_CHAIN_NAME)
-	data = pad4(append(append(data, chain...), 0))
-	return netlink.Message{
-		Header: netlink.Header{
-			Type:  netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWCHAIN),
-			Flags: netlink.Request | netlink.Create,
-		},
-		Data: data,
-	}
+	return pad4(append(append(data, chain...), 0))
 }
 
-// encode turns a batch into netlink messages (batch begin and end included):
-// rules through the ruleEncoder, everything else through google/nftables.
-func (e *ruleEncoder) encode(batch *Batch) ([]netlink.Message, error) {
-	// Rules and regular chains (nearly all of a full sync) are encoded here;
-	// the rest goes through google/nftables.
-	mine := func(op Op) bool { return op.Kind == OpAddRule || op.Kind == OpAddChain && op.Chain.Hook == nil }
-	var other []Op
+const (
+	msgNewRule  = unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWRULE
+	msgNewChain = unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWCHAIN
+)
+
+// encode writes a batch as netlink messages (batch begin and end included)
+// into a batchBuf whose sequence numbers start at seq.
+func (e *ruleEncoder) encode(batch *Batch, seq uint32) (*batchBuf, error) {
+	out := newBatchBuf(seq, len(batch.Ops))
+	batchMark := func(typ uint16) {
+		out.start(typ, unix.NLM_F_REQUEST)
+		out.buf = append(out.buf, unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES)
+		out.end()
+	}
+	batchMark(unix.NFNL_MSG_BATCH_BEGIN)
+	setID := uint32(0)
 	for _, op := range batch.Ops {
-		if !mine(op) {
-			other = append(other, op)
+		switch {
+		case op.Kind == OpAddRule:
+			out.start(msgNewRule, unix.NLM_F_REQUEST|unix.NLM_F_CREATE|unix.NLM_F_APPEND)
+			var err error
+			if out.buf, err = e.appendRule(out.buf, op.Table, op.Chain.Name, op.Rule); err != nil {
+				return nil, err
+			}
+			out.end()
+		case op.Kind == OpAddChain && op.Chain.Hook == nil:
+			out.start(msgNewChain, unix.NLM_F_REQUEST|unix.NLM_F_CREATE)
+			out.buf = appendChain(out.buf, op.Table, op.Chain.Name)
+			out.end()
+		default:
+			if err := appendOp(out, op, &setID); err != nil {
+				return nil, err
+			}
 		}
 	}
-	captured, err := captureMessages(func(c *nftables.Conn) error { return encodeBatch(c, &Batch{Ops: other}) })
-	if err != nil {
-		return nil, err
-	}
-	if len(captured) != len(other)+2 {
-		return nil, fmt.Errorf("encode batch: %d commands gave %d messages", len(other), len(captured)-2)
-	}
-	msgs := make([]netlink.Message, 0, len(batch.Ops)+2)
-	msgs = append(msgs, captured[0])
-	next := 1
-	for _, op := range batch.Ops {
-		if !mine(op) {
-			msgs = append(msgs, captured[next])
-			next++
-			continue
-		}
-		if op.Kind == OpAddChain {
-			msgs = append(msgs, chainMessage(op.Table, op.Chain.Name))
-			continue
-		}
-		m, err := e.rule(op.Table, op.Chain.Name, op.Rule)
-		if err != nil {
-			return nil, err
-		}
-		msgs = append(msgs, m)
-	}
-	return append(msgs, captured[len(captured)-1]), nil
+	batchMark(unix.NFNL_MSG_BATCH_END)
+	return out, nil
 }

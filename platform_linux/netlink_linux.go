@@ -8,9 +8,9 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/google/nftables"
-	"github.com/mdlayher/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -63,30 +63,6 @@ func (n netNS) conn() (*nftables.Conn, error) {
 	return nftables.New(nftables.WithNetNSFd(n.fd))
 }
 
-// captureMessages lets google/nftables encode a batch without sending it:
-// its Flush asks for an ACK and an echo of every message and reads them one by
-// one, which for 100,000 rules overflows the socket and takes seconds. The
-// captured messages go out through batchConn.send instead.
-func captureMessages(build func(*nftables.Conn) error) ([]netlink.Message, error) {
-	var captured []netlink.Message
-	c, err := nftables.New(nftables.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
-		if req != nil {
-			captured = append(captured, req...)
-		}
-		return nil, nil
-	}))
-	if err != nil {
-		return nil, fmt.Errorf("encode batch: %w", err)
-	}
-	if err := build(c); err != nil {
-		return nil, err
-	}
-	if err := c.Flush(); err != nil {
-		return nil, fmt.Errorf("encode batch: %w", err)
-	}
-	return captured, nil
-}
-
 // BatchError is a batch the kernel refused; Errors name the failed commands.
 type BatchError struct {
 	Errors []error
@@ -107,8 +83,8 @@ func (e *BatchError) Unwrap() []error { return e.Errors }
 // ignored.
 type batchConn struct {
 	mu  sync.Mutex
-	fd  int // -1: not open
-	seq uint32
+	fd  int    // -1: not open
+	seq uint32 // last sequence number used
 }
 
 func newBatchConn() *batchConn { return &batchConn{fd: -1} }
@@ -147,12 +123,86 @@ func (c *batchConn) reset() {
 	}
 }
 
-// send sends captured messages (batch begin, commands, batch end) as one
-// write and waits for the kernel's verdict. Only the last command asks for an
-// ACK; the kernel reports every failed command on its own, so success costs
-// one reply and failure names each failed command through describe(i).
-func (c *batchConn) send(ns netNS, msgs []netlink.Message, describe func(i int) string) error {
-	if len(msgs) < 3 {
+// batchChunk is the size at which a batchBuf starts a new chunk. Chunks keep
+// each allocation bounded (and the garbage collector's work with it) while a
+// full sync of 100,000 Services encodes hundreds of megabytes.
+const batchChunk = 1 << 20
+
+// batchBuf is an encoded batch: netlink messages (batch begin, commands, batch
+// end) written straight into chunks as they are encoded, with no per-message
+// copy. All chunks go to the kernel in one sendmsg: the kernel applies a batch
+// only when its begin and end arrive in the same write (nfnetlink processes a
+// batch within one socket buffer and aborts it if the end is missing), so a
+// chunk cannot be sent before the batch is complete; what chunking saves is
+// the second copy of the whole batch. Only the last command asks for an ACK;
+// the kernel reports every failed command on its own, so success costs one
+// reply and failure names each failed command by its sequence number.
+type batchBuf struct {
+	chunks [][]byte
+	buf    []byte // the chunk being written
+	hdr    int    // offset in buf of the message being written
+	seq    uint32 // sequence number of the first message
+	n      int    // messages written
+	ack    int    // index of the message that asks for an ACK: the last command
+}
+
+func newBatchBuf(seq uint32, commands int) *batchBuf {
+	return &batchBuf{seq: seq, ack: commands, buf: make([]byte, 0, min(batchChunk, 256*(commands+2)))}
+}
+
+// start begins a message; its payload is appended to b.buf, then end.
+func (b *batchBuf) start(typ, flags uint16) {
+	if len(b.buf) >= batchChunk {
+		b.chunks = append(b.chunks, b.buf)
+		b.buf = make([]byte, 0, batchChunk+batchChunk/8)
+	}
+	flags &^= unix.NLM_F_ACK | unix.NLM_F_ECHO
+	if b.n == b.ack {
+		flags |= unix.NLM_F_ACK
+	}
+	b.hdr = len(b.buf)
+	var h [16]byte
+	binary.NativeEndian.PutUint16(h[4:6], typ)
+	binary.NativeEndian.PutUint16(h[6:8], flags)
+	binary.NativeEndian.PutUint32(h[8:12], b.seq+uint32(b.n))
+	b.buf = append(b.buf, h[:]...)
+}
+
+// end finishes the message begun by start: its length, then padding.
+func (b *batchBuf) end() {
+	binary.NativeEndian.PutUint32(b.buf[b.hdr:b.hdr+4], uint32(len(b.buf)-b.hdr))
+	for len(b.buf)%4 != 0 {
+		b.buf = append(b.buf, 0)
+	}
+	b.n++
+}
+
+// messages is the number of messages, batch begin and end included.
+func (b *batchBuf) messages() int { return b.n }
+
+// all returns the chunks, the last one included.
+func (b *batchBuf) all() ([][]byte, int) {
+	out := append(b.chunks[:len(b.chunks):len(b.chunks)], b.buf)
+	size := 0
+	for _, c := range out {
+		size += len(c)
+	}
+	return out, size
+}
+
+// reserve returns the first of n sequence numbers for a batch.
+func (c *batchConn) reserve(n int) uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	first := c.seq + 1
+	c.seq += uint32(n)
+	return first
+}
+
+// send sends an encoded batch in one write and waits for the kernel's
+// verdict; describe(i) names the i-th command for errors.
+func (c *batchConn) send(ns netNS, batch *batchBuf, describe func(i int) string) error {
+	if batch.messages() < 3 {
 		return nil
 	}
 	c.mu.Lock()
@@ -160,46 +210,31 @@ func (c *batchConn) send(ns netNS, msgs []netlink.Message, describe func(i int) 
 	if err := c.open(ns); err != nil {
 		return err
 	}
-	err := c.exchange(msgs, describe)
+	err := c.exchange(batch, describe)
 	if err != nil {
 		c.reset()
 	}
 	return err
 }
 
-func (c *batchConn) exchange(msgs []netlink.Message, describe func(i int) string) error {
-	size := 0
-	for _, m := range msgs {
-		size += nlAlign(16 + len(m.Data))
-	}
-	buf := make([]byte, 0, size)
-	last := len(msgs) - 2 // the last command, before batch end
-	seqBase := c.seq + 1
-	c.seq += uint32(len(msgs))
-	for i, m := range msgs {
-		flags := uint16(m.Header.Flags) &^ (unix.NLM_F_ACK | unix.NLM_F_ECHO)
-		if i == last {
-			flags |= unix.NLM_F_ACK
-		}
-		l := 16 + len(m.Data)
-		var h [16]byte
-		binary.NativeEndian.PutUint32(h[0:4], uint32(l))
-		binary.NativeEndian.PutUint16(h[4:6], uint16(m.Header.Type))
-		binary.NativeEndian.PutUint16(h[6:8], flags)
-		binary.NativeEndian.PutUint32(h[8:12], seqBase+uint32(i))
-		buf = append(buf, h[:]...)
-		buf = append(buf, m.Data...)
-		for len(buf)%4 != 0 {
-			buf = append(buf, 0)
-		}
-	}
-	if err := unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, len(buf)+(1<<16)); err != nil {
-		_ = unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, len(buf)+(1<<16))
-	}
-	if err := unix.Sendto(c.fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("send nftables batch (%d bytes): %w", len(buf), err)
-	}
+// recvTimeout bounds each wait for the kernel's answer: a batch of 100,000
+// Services takes a few seconds of kernel time, so a minute means the answer
+// is lost, and the sync fails (and is retried) instead of hanging.
+const recvTimeout = time.Minute
 
+func (c *batchConn) exchange(batch *batchBuf, describe func(i int) string) error {
+	chunks, size := batch.all()
+	if err := unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, size+(1<<16)); err != nil {
+		_ = unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, size+(1<<16))
+	}
+	if _, err := unix.SendmsgBuffers(c.fd, chunks, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0); err != nil {
+		return fmt.Errorf("send nftables batch (%d bytes): %w", size, err)
+	}
+	tv := unix.NsecToTimeval(recvTimeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return fmt.Errorf("set netlink receive timeout: %w", err)
+	}
+	seqBase, count, last := batch.seq, uint32(batch.messages()), batch.ack
 	var errs []error
 	rbuf := make([]byte, 1<<20)
 	for {
@@ -207,6 +242,9 @@ func (c *batchConn) exchange(msgs []netlink.Message, describe func(i int) string
 		if err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue
+			}
+			if errors.Is(err, unix.EAGAIN) {
+				return fmt.Errorf("read nftables batch result: no answer within %v", recvTimeout)
 			}
 			return fmt.Errorf("read nftables batch result: %w", err)
 		}
@@ -216,14 +254,14 @@ func (c *batchConn) exchange(msgs []netlink.Message, describe func(i int) string
 		}
 		done := false
 		for _, r := range replies {
-			if r.Header.Type != unix.NLMSG_ERROR || len(r.Data) < 4 || r.Header.Seq < seqBase || r.Header.Seq-seqBase >= uint32(len(msgs)) {
+			if r.Header.Type != unix.NLMSG_ERROR || len(r.Data) < 4 || r.Header.Seq < seqBase || r.Header.Seq-seqBase >= count {
 				continue
 			}
 			errno := -int32(binary.NativeEndian.Uint32(r.Data[0:4]))
 			i := int(r.Header.Seq - seqBase)
 			if errno != 0 {
 				what := "batch"
-				if i > 0 && i < len(msgs)-1 {
+				if i > 0 && i < int(count)-1 {
 					what = describe(i - 1)
 				}
 				errs = append(errs, fmt.Errorf("%s: %w", what, os.NewSyscallError("netlink", syscall.Errno(errno))))

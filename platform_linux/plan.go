@@ -110,8 +110,12 @@ type Applied struct {
 
 // NewApplied records a fully programmed ruleset.
 func NewApplied(rs *Ruleset) *Applied {
+	eps := 0
+	for _, p := range rs.Ports {
+		eps += len(p.Endpoints)
+	}
 	a := &Applied{Table: rs.Table, Shards: rs.Shards, Globals: rs.Globals, Ports: make(map[core.PortKey]*PortObjects, len(rs.Ports)),
-		clusterIPs: map[netip.Addr]int{}, hairpin: map[netip.Addr]int{}}
+		clusterIPs: make(map[netip.Addr]int, len(rs.Ports)), hairpin: make(map[netip.Addr]int, eps)}
 	for _, p := range rs.Ports {
 		a.Ports[p.Key] = p
 		a.count(p, 1)

@@ -28,20 +28,42 @@ func (rs *Ruleset) Tables() []*TableContent {
 		shards[i] = &TableContent{Name: ShardTable(rs.Table, i), Chains: append([]*Chain(nil), rs.Globals.ShardChains...),
 			Sets: append([]Set(nil), rs.Globals.ShardSets...), Elements: map[string][]Element{}}
 	}
-	seen := map[string]map[netip.Addr]bool{}
-	add := func(set string, a netip.Addr, pair bool) {
-		if seen[set] == nil {
-			seen[set] = map[netip.Addr]bool{}
+	// The shared sets (ClusterIPs, hairpin pairs) hold each address once. At
+	// 100,000 endpoints these are the largest transient of a full sync, so
+	// they are counted first and sized once.
+	type shared struct {
+		seen  map[netip.Addr]struct{}
+		elems []Element
+	}
+	var clusterIPs, hairpins [2]shared // by family: IPv4, IPv6
+	fi := func(f v1.IPFamily) int {
+		if f == v1.IPv6Protocol {
+			return 1
 		}
-		if !a.IsValid() || seen[set][a] {
+		return 0
+	}
+	var nIPs, nEPs [2]int
+	for _, p := range rs.Ports {
+		nIPs[fi(p.Key.Family)]++
+		nEPs[fi(p.Key.Family)] += len(p.Endpoints)
+	}
+	for i := range clusterIPs {
+		clusterIPs[i] = shared{seen: make(map[netip.Addr]struct{}, nIPs[i]), elems: make([]Element, 0, nIPs[i])}
+		hairpins[i] = shared{seen: make(map[netip.Addr]struct{}, nEPs[i]), elems: make([]Element, 0, nEPs[i])}
+	}
+	add := func(s *shared, a netip.Addr, pair bool) {
+		if !a.IsValid() {
 			return
 		}
-		seen[set][a] = true
+		if _, dup := s.seen[a]; dup {
+			return
+		}
+		s.seen[a] = struct{}{}
 		e := Element{Addr: a}
 		if pair {
 			e.Addr2 = a
 		}
-		main.Elements[set] = append(main.Elements[set], e)
+		s.elems = append(s.elems, e)
 	}
 	for _, p := range rs.Ports {
 		f := p.Key.Family
@@ -49,9 +71,17 @@ func (rs *Ruleset) Tables() []*TableContent {
 		sh.Chains = append(sh.Chains, p.Chains...)
 		sh.Sets = append(sh.Sets, p.AffinitySets...)
 		sh.Elements[frontendMap(f)] = append(sh.Elements[frontendMap(f)], p.Frontends...)
-		add(clusterIPSet(f), p.ClusterIP, false)
+		add(&clusterIPs[fi(f)], p.ClusterIP, false)
 		for _, a := range p.Endpoints {
-			add(hairpinSet(f), a, true)
+			add(&hairpins[fi(f)], a, true)
+		}
+	}
+	for i, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		if len(clusterIPs[i].elems) > 0 {
+			main.Elements[clusterIPSet(f)] = clusterIPs[i].elems
+		}
+		if len(hairpins[i].elems) > 0 {
+			main.Elements[hairpinSet(f)] = hairpins[i].elems
 		}
 	}
 	return append([]*TableContent{main}, shards...)
