@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/nftables"
@@ -33,6 +34,10 @@ type Backend struct {
 	sysctl  Sysctl
 	// Conntrack cleans up and lists connections; replaceable in tests.
 	conntrack conntracker
+
+	// closed is set by Close: the namespace handle and socket are gone, and
+	// every operation fails instead of running in the current namespace.
+	closed atomic.Bool
 
 	mu            sync.Mutex
 	applied       *Applied // nil: the next sync is full
@@ -76,6 +81,22 @@ func New(cfg platform.BackendConfig, log logrus.FieldLogger) (*Backend, error) {
 	return b, nil
 }
 
+// Close releases the netlink socket batches go out on and the network
+// namespace handle. The rules stay in force; the Backend must not be used
+// afterwards.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Swap(true) {
+		return nil
+	}
+	b.batches.close()
+	return b.ns.close()
+}
+
+// errClosed is returned by every operation of a closed Backend.
+var errClosed = errors.New("nftables backend is closed")
+
 // Name is "nftables".
 func (b *Backend) Name() string { return "nftables" }
 
@@ -113,6 +134,9 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if b.closed.Load() {
+		return errClosed
+	}
 	if !b.sysctlChecked {
 		b.checkSysctls(state.Families)
 		b.sysctlChecked = true
@@ -121,9 +145,9 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 	b.staleUDP = append(b.staleUDP, changes.StaleUDP...)
 	var err error
 	if changes.Full || b.applied == nil {
-		err = b.syncFull(state)
+		err = b.syncFull(ctx, state)
 	} else {
-		err = b.syncPartial(state, changes)
+		err = b.syncPartial(ctx, state, changes)
 	}
 	if err != nil {
 		return err
@@ -140,7 +164,7 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 	return nil
 }
 
-func (b *Backend) syncFull(state *core.NodeState) error {
+func (b *Backend) syncFull(ctx context.Context, state *core.NodeState) error {
 	start := time.Now()
 	rs := Build(state, b.cfg)
 	existing, err := b.inventory()
@@ -151,6 +175,11 @@ func (b *Backend) syncFull(state *core.NodeState) error {
 	b.logSkipped(rs.Skipped)
 	plan := PlanFull(rs, existing, b.recreate)
 	built := time.Since(start)
+	// A sync that ran out of time before its batch went out changes nothing:
+	// the previous rules and what the backend knows of them stay as they are.
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("full sync of table inet %s not sent: %w", rs.Table, err)
+	}
 	if err := b.apply(plan); err != nil {
 		b.applied, b.recreate = nil, true
 		return fmt.Errorf("full sync of table inet %s: %w", rs.Table, err)
@@ -162,7 +191,7 @@ func (b *Backend) syncFull(state *core.NodeState) error {
 	return nil
 }
 
-func (b *Backend) syncPartial(state *core.NodeState, changes core.Changes) error {
+func (b *Backend) syncPartial(ctx context.Context, state *core.NodeState, changes core.Changes) error {
 	start := time.Now()
 	ports := make(map[core.PortKey]*PortObjects, len(changes.Ports))
 	cfg := b.cfg
@@ -184,6 +213,9 @@ func (b *Backend) syncPartial(state *core.NodeState, changes core.Changes) error
 	b.logSkipped(skipped)
 	plan := PlanPartial(b.applied, ports)
 	built := time.Since(start)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("partial sync of %d ports not sent: %w", len(ports), err)
+	}
 	if plan.Batch.Len() > 0 {
 		if err := b.apply(plan.Batch); err != nil {
 			b.applied = nil
@@ -312,6 +344,9 @@ func nftSet(t *nftables.Table, s Set) *nftables.Set {
 func (b *Backend) Cleanup(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return errClosed
+	}
 	b.applied = nil
 	existing, err := b.inventory()
 	if err != nil {

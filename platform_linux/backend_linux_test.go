@@ -2,15 +2,19 @@ package nft
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/crossproxy/crossproxy/core"
@@ -379,5 +383,114 @@ func TestBatchOverManyChunks(t *testing.T) {
 	}
 	if after := nftIn(t, ns, "list", "ruleset"); after != ruleset {
 		t.Error("a refused multi-chunk batch changed the table")
+	}
+}
+
+// cancelAfterEntry is a context whose Err is nil at Sync's entry check and
+// context.Canceled at every later check: the deadline passed during the sync.
+type cancelAfterEntry struct {
+	context.Context
+	calls atomic.Int32
+}
+
+func (c *cancelAfterEntry) Err() error {
+	if c.calls.Add(1) == 1 {
+		return nil
+	}
+	return context.Canceled
+}
+
+// TestSyncHonoursContextAfterEntry: a sync whose context ends while the
+// ruleset is being built sends nothing, and the next sync still works.
+func TestSyncHonoursContextAfterEntry(t *testing.T) {
+	ns := testNS(t)
+	b := newTestBackend(t, ns)
+	err := b.Sync(&cancelAfterEntry{Context: context.Background()}, testState(), core.Changes{Full: true})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("sync with a context that ended: %v, want context.Canceled", err)
+	}
+	if got := nftIn(t, ns, "list", "ruleset"); strings.TrimSpace(got) != "" {
+		t.Fatalf("a canceled sync sent rules:\n%s", got)
+	}
+	if err := b.Sync(context.Background(), testState(), core.Changes{}); err != nil {
+		t.Fatal(err)
+	}
+	if !b.LastSync().Full {
+		t.Error("the sync after a canceled first sync should be full")
+	}
+}
+
+// TestCloseReleasesHandles: Close releases the namespace handle and the batch
+// socket, and a closed Backend refuses to work rather than fall back to the
+// current namespace.
+func TestCloseReleasesHandles(t *testing.T) {
+	ns := testNS(t)
+	b := newTestBackend(t, ns)
+	ctx := context.Background()
+	if err := b.Sync(ctx, testState(), core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	nsFD, sockFD := b.ns.fd, b.batches.fd
+	if nsFD < 0 || sockFD < 0 {
+		t.Fatalf("namespace fd %d, socket fd %d: both should be open after a sync", nsFD, sockFD)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range []int{nsFD, sockFD} {
+		if _, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd)); err == nil {
+			// The number may have been reused by another open; it must not
+			// be the namespace or a netlink socket we hold.
+			if target, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd)); strings.HasPrefix(target, "net:") || strings.HasPrefix(target, "socket:") {
+				t.Errorf("fd %d still open after Close: %s", fd, target)
+			}
+		}
+	}
+	for name, err := range map[string]error{
+		"sync":    b.Sync(ctx, testState(), core.Changes{Full: true}),
+		"cleanup": b.Cleanup(ctx),
+	} {
+		if !errors.Is(err, errClosed) {
+			t.Errorf("%s after Close: %v, want %v", name, err, errClosed)
+		}
+	}
+	if _, err := b.Programmed(ctx, types.NamespacedName{Namespace: "default", Name: "web"}); !errors.Is(err, errClosed) {
+		t.Errorf("programmed after Close: %v", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// TestNamespaceSwitchNeverOnCallersThread: the switch into the namespace runs
+// on a thread of its own, so the caller's (the sync loop's) thread never
+// changes namespace, even if switching back were to fail.
+func TestNamespaceSwitchNeverOnCallersThread(t *testing.T) {
+	ns := testNS(t)
+	n, err := openNetNS("/run/netns/" + ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.close()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	caller := unix.Gettid()
+	self, _ := os.Readlink("/proc/thread-self/ns/net")
+	var inside, there string
+	if err := n.do(func() error {
+		inside = fmt.Sprint(unix.Gettid())
+		there, _ = os.Readlink("/proc/thread-self/ns/net")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if inside == fmt.Sprint(caller) {
+		t.Error("fn ran on the caller's thread")
+	}
+	if there == self {
+		t.Errorf("fn ran in the caller's namespace %s", self)
+	}
+	if now, _ := os.Readlink("/proc/thread-self/ns/net"); now != self {
+		t.Errorf("caller's thread moved from %s to %s", self, now)
 	}
 }

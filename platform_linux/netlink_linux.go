@@ -30,29 +30,51 @@ func openNetNS(path string) (netNS, error) {
 }
 
 // do runs fn on an OS thread switched into the namespace; sockets and
-// /proc/sys files opened there stay bound to it.
+// /proc/sys files opened there stay bound to it. The switch happens on a
+// fresh goroutine locked to its thread, never on the caller's (the long-lived
+// sync loop's): if switching back fails, that goroutine ends still locked and
+// Go retires its thread, so no other code ever runs in the wrong namespace.
 func (n netNS) do(fn func() error) error {
 	if n.fd < 0 {
 		return fn()
 	}
-	runtime.LockOSThread()
-	orig, err := netns.Get()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("get current network namespace: %w", err)
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(netns.NsHandle(n.fd)); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("enter network namespace: %w", err)
+			return
+		}
+		ferr := fn()
+		if err := netns.Set(orig); err != nil {
+			errc <- errors.Join(ferr, fmt.Errorf("return to network namespace: %w", err))
+			return // still locked: the thread is retired with this goroutine
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+// close releases the namespace handle (not the namespace).
+func (n *netNS) close() error {
+	if n.fd < 0 {
+		return nil
+	}
+	err := unix.Close(n.fd)
+	n.fd = -1
 	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("get current network namespace: %w", err)
+		return fmt.Errorf("close network namespace handle: %w", err)
 	}
-	defer orig.Close()
-	if err := netns.Set(netns.NsHandle(n.fd)); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("enter network namespace: %w", err)
-	}
-	ferr := fn()
-	if err := netns.Set(orig); err != nil {
-		// Leave the thread locked: Go discards it when the goroutine ends.
-		return errors.Join(ferr, fmt.Errorf("return to network namespace: %w", err))
-	}
-	runtime.UnlockOSThread()
-	return ferr
+	return nil
 }
 
 // conn opens a google/nftables connection for reading in the namespace.
@@ -121,6 +143,13 @@ func (c *batchConn) reset() {
 		unix.Close(c.fd)
 		c.fd = -1
 	}
+}
+
+// close closes the socket; a later batch would open a new one.
+func (c *batchConn) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reset()
 }
 
 // batchChunk is the size at which a batchBuf starts a new chunk. Chunks keep

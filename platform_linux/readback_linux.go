@@ -23,6 +23,9 @@ import (
 // every frontend of svc found in the frontend maps, the endpoints its chains
 // spread new connections over, and the live conntrack entries to it.
 func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*platform.ProgrammedService, error) {
+	if b.closed.Load() {
+		return nil, errClosed
+	}
 	c, err := b.ns.conn()
 	if err != nil {
 		return nil, fmt.Errorf("open nftables connection: %w", err)
