@@ -95,9 +95,10 @@ func (s *Source) Run(ctx context.Context) error {
 		log = logrus.New()
 	}
 	sel := Selectors(s.ProxyName).String()
+	compact := &compactor{}
 	objs := informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }),
-		informers.WithTransform(stripManagedFields))
+		informers.WithTransform(compact.transform))
 	nodes := informers.NewSharedInformerFactoryWithOptions(s.Client, s.ResyncPeriod,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.NodeName).String()
@@ -259,6 +260,103 @@ func stripManagedFields(o any) (any, error) {
 		m.SetManagedFields(nil)
 	}
 	return o, nil
+}
+
+// lastApplied is kubectl's copy of the whole object in an annotation: as
+// large as the object itself, and never read by the proxy.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
+// compactor is the informers' transform for Services and EndpointSlices: it
+// drops what the proxy never reads before the object is cached, so every
+// cached object (the informer's store, the tracker and the debug endpoint
+// share it) costs only what the proxy uses. The core reads of a Service its
+// name, labels, creation time, spec and load-balancer status (events also its
+// UID and resource version); of an EndpointSlice its name, labels, the
+// last-change-trigger-time annotation, address type, ports, and per endpoint
+// the addresses, conditions, node name, zone and hints. Dropped: managed
+// fields; kubectl's last-applied annotation; on slices the owner references,
+// other annotations and each endpoint's targetRef (a pod reference: about 200
+// bytes per endpoint), hostname and deprecated topology. Node names and zones
+// repeat across endpoints, so equal ones share one string, and the readiness
+// flags point at shared values. Cached objects are never modified, so the
+// sharing is safe.
+type compactor struct {
+	mu      sync.Mutex
+	strings map[string]*string
+}
+
+var (
+	sharedTrue, sharedFalse = true, false
+)
+
+func (c *compactor) transform(o any) (any, error) {
+	switch obj := o.(type) {
+	case *v1.Service:
+		obj.ManagedFields = nil
+		if _, ok := obj.Annotations[lastApplied]; ok {
+			obj.Annotations = withoutKey(obj.Annotations, lastApplied)
+		}
+	case *discovery.EndpointSlice:
+		obj.ManagedFields, obj.OwnerReferences = nil, nil
+		if len(obj.Annotations) > 0 {
+			if v, ok := obj.Annotations[core.AnnotationTriggerTime]; ok && len(obj.Annotations) == 1 {
+				// already only the one annotation the proxy reads
+			} else if ok {
+				obj.Annotations = map[string]string{core.AnnotationTriggerTime: v}
+			} else {
+				obj.Annotations = nil
+			}
+		}
+		c.mu.Lock()
+		for i := range obj.Endpoints {
+			ep := &obj.Endpoints[i]
+			ep.TargetRef, ep.Hostname, ep.DeprecatedTopology = nil, nil, nil
+			ep.NodeName, ep.Zone = c.intern(ep.NodeName), c.intern(ep.Zone)
+			ep.Conditions.Ready = shareBool(ep.Conditions.Ready)
+			ep.Conditions.Serving = shareBool(ep.Conditions.Serving)
+			ep.Conditions.Terminating = shareBool(ep.Conditions.Terminating)
+		}
+		c.mu.Unlock()
+	default:
+		return stripManagedFields(o)
+	}
+	return o, nil
+}
+
+// intern returns the shared pointer for a string value. The table holds one
+// entry per node name and zone the cluster has.
+func (c *compactor) intern(p *string) *string {
+	if p == nil {
+		return nil
+	}
+	if c.strings == nil {
+		c.strings = map[string]*string{}
+	}
+	if q, ok := c.strings[*p]; ok {
+		return q
+	}
+	c.strings[*p] = p
+	return p
+}
+
+func shareBool(p *bool) *bool {
+	switch {
+	case p == nil:
+		return nil
+	case *p:
+		return &sharedTrue
+	}
+	return &sharedFalse
+}
+
+func withoutKey(m map[string]string, key string) map[string]string {
+	out := make(map[string]string, len(m)-1)
+	for k, v := range m {
+		if k != key {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // ClientConfig builds the client configuration: kubeconfig when given (or

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/crossproxy/crossproxy/core"
 )
 
 // recorder is a Sink that records calls in order.
@@ -161,5 +164,84 @@ func TestFirstTriggerSeesEveryObject(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("no trigger")
+	}
+}
+
+// TestCompactorKeepsWhatTheCoreReads transforms objects with everything the
+// proxy never reads (targetRefs, hostnames, owner references, other
+// annotations, kubectl's last-applied copy, managed fields) and checks that
+// the core computes the same NodeState from the compacted objects as from
+// the originals, that the dropped fields are gone, and that equal node names,
+// zones and readiness flags share one value across slices.
+func TestCompactorKeepsWhatTheCoreReads(t *testing.T) {
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1.LabelTopologyZone: "z1"}},
+		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.0.2.1"}}}}
+	mkSvc := func() *v1.Service {
+		return &v1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: "u1", ResourceVersion: "7",
+				Annotations:   map[string]string{lastApplied: `{"big":"copy"}`, "team": "a"},
+				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
+			Spec: v1.ServiceSpec{ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"}, Type: v1.ServiceTypeNodePort,
+				Ports: []v1.ServicePort{{Name: "http", Port: 80, NodePort: 30080, Protocol: v1.ProtocolTCP}}},
+		}
+	}
+	mkSlice := func(name string, addrs ...string) *discovery.EndpointSlice {
+		port, proto, pname := int32(8080), v1.ProtocolTCP, "http"
+		s := &discovery.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: map[string]string{discovery.LabelServiceName: "web"},
+				Annotations:     map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "2026-01-01T00:00:00Z", "other": "x"},
+				OwnerReferences: []metav1.OwnerReference{{Kind: "Service", Name: "web"}}},
+			AddressType: discovery.AddressTypeIPv4,
+			Ports:       []discovery.EndpointPort{{Name: &pname, Port: &port, Protocol: &proto}},
+		}
+		for i, a := range addrs {
+			ready, serving, term := i%2 == 0, true, i == 2
+			n, z, h := []string{"n1", "n2"}[i%2], "z1", "pod"
+			s.Endpoints = append(s.Endpoints, discovery.Endpoint{Addresses: []string{a},
+				Conditions: discovery.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &term},
+				NodeName:   &n, Zone: &z, Hostname: &h,
+				TargetRef: &v1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "pod-" + a},
+				Hints:     &discovery.EndpointHints{ForZones: []discovery.ForZone{{Name: "z1"}}}})
+		}
+		return s
+	}
+	opts := core.Options{IPFamilies: []v1.IPFamily{v1.IPv4Protocol}}
+	slices := func() []*discovery.EndpointSlice {
+		return []*discovery.EndpointSlice{mkSlice("web-1", "10.1.0.1", "10.1.0.2", "10.1.0.3"), mkSlice("web-2", "10.1.0.4", "10.1.0.5")}
+	}
+	want, err := core.Compute(opts, node, []*v1.Service{mkSvc()}, slices())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &compactor{}
+	svcObj, _ := c.transform(mkSvc())
+	svc := svcObj.(*v1.Service)
+	var compacted []*discovery.EndpointSlice
+	for _, s := range slices() {
+		o, _ := c.transform(s)
+		compacted = append(compacted, o.(*discovery.EndpointSlice))
+	}
+	got, err := core.Compute(opts, node, []*v1.Service{svc}, compacted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("NodeState differs after compaction:\n got %+v\nwant %+v", got, want)
+	}
+	if _, ok := svc.Annotations[lastApplied]; ok || svc.Annotations["team"] != "a" || svc.ManagedFields != nil || svc.UID != "u1" || svc.ResourceVersion != "7" {
+		t.Errorf("service after compaction: %+v", svc.ObjectMeta)
+	}
+	a, b := compacted[0], compacted[1]
+	if len(a.Annotations) != 1 || a.Annotations["endpoints.kubernetes.io/last-change-trigger-time"] == "" || a.OwnerReferences != nil {
+		t.Errorf("slice metadata after compaction: %+v", a.ObjectMeta)
+	}
+	for _, ep := range append(a.Endpoints, b.Endpoints...) {
+		if ep.TargetRef != nil || ep.Hostname != nil {
+			t.Errorf("endpoint %v keeps targetRef/hostname", ep.Addresses)
+		}
+	}
+	if a.Endpoints[0].NodeName != b.Endpoints[0].NodeName || a.Endpoints[0].Zone != b.Endpoints[1].Zone ||
+		a.Endpoints[0].Conditions.Ready != b.Endpoints[0].Conditions.Ready || a.Endpoints[0].Conditions.Ready == a.Endpoints[1].Conditions.Ready {
+		t.Error("equal node names, zones and flags should share one value, different flags not")
 	}
 }
