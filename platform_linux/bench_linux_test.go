@@ -51,7 +51,15 @@ func cpuTime() time.Duration {
 // BenchmarkFullSync writes n Services x 10 endpoints into an empty table,
 // the first sync of a node.
 func BenchmarkFullSync(b *testing.B) {
-	for _, n := range []int{1000, 10000, 30000} {
+	sizes := []int{1000, 10000, 30000}
+	if v := os.Getenv("XPL_SERVICES"); v != "" { // e.g. 100000 (make bench-scale-backend)
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			b.Fatalf("XPL_SERVICES=%q: %v", v, err)
+		}
+		sizes = []int{n}
+	}
+	for _, n := range sizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			ns := testNS(b)
 			be := newTestBackend(b, ns)

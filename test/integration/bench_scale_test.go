@@ -42,7 +42,9 @@ func scaleServices(tb testing.TB) int {
 }
 
 // newScaleEnv is an apiserver whose Service range holds n Services, the lab,
-// this node, and n Services of 10 endpoints each (half on this node).
+// this node, and n Services of 10 endpoints each (half on this node), whose
+// slices look like the EndpointSlice controller's: each endpoint has its
+// pod's targetRef and the slice the managed-by label and an owner reference.
 func newScaleEnv(b *testing.B, n int) *env {
 	b.Helper()
 	api := harness.New(b, harness.Options{ServiceCIDR: "10.96.0.0/12"})
@@ -54,6 +56,8 @@ func newScaleEnv(b *testing.B, n int) *env {
 	cfg := api.AdminConfig()
 	cfg.QPS, cfg.Burst = 5000, 5000
 	start := time.Now()
+	realisticSlices = true
+	b.Cleanup(func() { realisticSlices = false })
 	populate(b, kubernetes.NewForConfigOrDie(cfg), "bench", n, 10, e.node)
 	b.Logf("populated %d Services / %d endpoints in %v", n, n*10, time.Since(start).Round(time.Second))
 	return e
@@ -145,21 +149,33 @@ func moveEndpoint(b *testing.B, client kubernetes.Interface, i, round int) {
 	}
 }
 
-// BenchmarkScaleMemory runs the real crossproxy binary against the real
+// BenchmarkScale populates the apiserver once with XPS_SERVICES Services x 10
+// endpoints and measures crossproxy against it twice: the real binary
+// (scaleMemory) and the same pipeline in this process with a heap breakdown
+// (scaleHeap). -benchtime 1x: one run of each.
+func BenchmarkScale(b *testing.B) {
+	runtime.MemProfileRate = 4096
+	n := scaleServices(b)
+	e := newScaleEnv(b, n)
+	b.ResetTimer()
+	for range b.N {
+		b.Run("binary", func(b *testing.B) { e.t = b; scaleMemory(b, e, n) })
+		b.Run("heap", func(b *testing.B) { e.t = b; scaleHeap(b, e, n) })
+	}
+}
+
+// scaleMemory runs the real crossproxy binary against the real
 // apiserver holding XPS_SERVICES Services x 10 endpoints, programming the
 // lab's node namespace: start-up, first full sync, then 100 endpoint
 // changes one at a time. It reports the process's peak RSS (VmHWM), the
 // full and mean partial sync durations (the proxy's own histograms), its CPU
 // time and its live heap after the last GC (GODEBUG=gctrace=1).
-func BenchmarkScaleMemory(b *testing.B) {
-	n := scaleServices(b)
-	e := newScaleEnv(b, n)
+func scaleMemory(b *testing.B, e *env, n int) {
 	cfg := e.api.AdminConfig()
 	cfg.QPS, cfg.Burst = 1000, 1000
 	client := kubernetes.NewForConfigOrDie(cfg)
 	b.Setenv("GODEBUG", "gctrace=1")
-	b.ResetTimer()
-	for range b.N {
+	{
 		load0 := loadavg()
 		t0 := time.Now()
 		p := e.startProxy("--min-sync-period", "50ms", "--sync-period", "30s", "--full-sync-period", "1h", "--log-level", "info")
@@ -200,24 +216,20 @@ func BenchmarkScaleMemory(b *testing.B) {
 	}
 }
 
-// BenchmarkScaleHeap runs crossproxy's pipeline in the benchmark process
+// scaleHeap runs crossproxy's pipeline in the benchmark process
 // (kube.Source -> core.Tracker -> platform.Runner -> nftables backend in the
 // lab's node namespace) against the same kind of apiserver, and after the
 // first full sync reports the heap it holds (after GC, minus what the process
 // held before) with a breakdown by owner from a heap profile: informer
 // caches, tracker, NodeState, the applied model, the netlink batch.
-func BenchmarkScaleHeap(b *testing.B) {
-	n := scaleServices(b)
-	e := newScaleEnv(b, n)
+func scaleHeap(b *testing.B, e *env, n int) {
 	cfg := e.api.AdminConfig()
 	kube.UseProtobuf(cfg)
 	client := kubernetes.NewForConfigOrDie(cfg)
-	runtime.MemProfileRate = 4096
-	b.ResetTimer()
-	for range b.N {
+	{
 		runtime.GC()
 		debug.FreeOSMemory()
-		before := heapAlloc()
+		before := heapInuse()
 		base := heapProfile()
 		log := logrus.New()
 		log.SetLevel(logrus.WarnLevel)
@@ -246,7 +258,7 @@ func BenchmarkScaleHeap(b *testing.B) {
 		if r.Err != nil || !r.Full {
 			b.Fatalf("first sync: full %v, %v", r.Full, r.Err)
 		}
-		held := heapAlloc() - before
+		held := heapInuse() - before
 		prof := heapProfile()
 		b.ReportMetric(float64(held)/(1<<20), "steady-heap-MiB")
 		b.Logf("%d Services: first full sync %v; heap held after GC %.1f MiB (load %s)", n, r.Duration.Round(time.Millisecond), float64(held)/(1<<20), loadavg())
@@ -255,15 +267,8 @@ func BenchmarkScaleHeap(b *testing.B) {
 		<-done
 		<-done
 		_ = backend.Cleanup(context.Background())
+		_ = backend.Close()
 	}
-}
-
-func heapAlloc() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }
 
 // heapOwners are the owners of the breakdown, tried in order against the

@@ -19,6 +19,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
@@ -67,13 +68,19 @@ func populate(tb testing.TB, client kubernetes.Interface, ns string, services, p
 	}
 }
 
+// realisticSlices makes populate write slices as the EndpointSlice
+// controller does (targetRefs, managed-by label, owner reference); the scale
+// benchmarks set it, the older ones keep their figures comparable.
+var realisticSlices bool
+
 func createServiceWithSlice(ctx context.Context, client kubernetes.Interface, ns string, i, perSlice int, node string) error {
 	name := fmt.Sprintf("svc-%05d", i)
 	svc := &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec:       v1.ServiceSpec{Ports: []v1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}}},
 	}
-	if _, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+	svcOut, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
 		return fmt.Errorf("create service %s: %w", name, err)
 	}
 	port, proto, pname := int32(8080), v1.ProtocolTCP, "http"
@@ -93,6 +100,14 @@ func createServiceWithSlice(ctx context.Context, client kubernetes.Interface, ns
 			Addresses:  []string{fmt.Sprintf("10.%d.%d.%d", 100+n/65536, (n/256)%256, n%256)},
 			Conditions: discovery.EndpointConditions{Ready: &ready}, NodeName: &nn,
 		})
+		if realisticSlices {
+			s.Endpoints[j].TargetRef = &v1.ObjectReference{Kind: "Pod", Namespace: ns, Name: fmt.Sprintf("%s-%d-7d9f8b6c5-x%04d", name, j, n%10000),
+				UID: types.UID(fmt.Sprintf("5b1c8e3a-0000-4000-8000-%012d", n))}
+		}
+	}
+	if realisticSlices {
+		s.Labels["endpointslice.kubernetes.io/managed-by"] = "endpointslice-controller.k8s.io"
+		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: name, UID: svcOut.UID}}
 	}
 	if _, err := client.DiscoveryV1().EndpointSlices(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create endpointslice %s: %w", s.Name, err)
