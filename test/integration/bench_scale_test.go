@@ -287,6 +287,8 @@ type heapBreakdown map[string]float64
 // heapProfile sums the in-use bytes of the heap profile by owner, scaled for
 // sampling as pprof does.
 func heapProfile() heapBreakdown {
+	// The profile describes the heap as of the last completed cycle but one.
+	runtime.GC()
 	runtime.GC()
 	var recs []runtime.MemProfileRecord
 	for {
