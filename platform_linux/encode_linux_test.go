@@ -206,3 +206,18 @@ func TestOpEncodingMatchesLibrary(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchChunksStayFewForHugeBatches: however large a batch grows, its
+// chunks stay well below the 1,024 buffers one sendmsg accepts (the sizes a
+// batchBuf would close its chunks at, up to 4 GiB: about 10 times a
+// 100k-Service full sync).
+func TestBatchChunksStayFewForHugeBatches(t *testing.T) {
+	written, chunks := 0, 0
+	for written < 4<<30 {
+		written += chunkLimit(written)
+		chunks++
+	}
+	if chunks > 512 {
+		t.Fatalf("%d chunks for %d MiB", chunks, written>>20)
+	}
+}

@@ -173,17 +173,28 @@ type batchBuf struct {
 	seq    uint32 // sequence number of the first message
 	n      int    // messages written
 	ack    int    // index of the message that asks for an ACK: the last command
+	// limit is the size at which buf is closed and a new chunk begun;
+	// written is the size of the closed chunks.
+	limit, written int
 }
 
+// chunkLimit is the size of the next chunk once written bytes are in closed
+// chunks: chunks grow with the batch (a 64th of what is written), so even a
+// batch of gigabytes stays far below the kernel's 1,024 buffers per sendmsg
+// (UIO_MAXIOV).
+func chunkLimit(written int) int { return max(batchChunk, written/64) }
+
 func newBatchBuf(seq uint32, commands int) *batchBuf {
-	return &batchBuf{seq: seq, ack: commands, buf: make([]byte, 0, min(batchChunk, 256*(commands+2)))}
+	return &batchBuf{seq: seq, ack: commands, limit: batchChunk, buf: make([]byte, 0, min(batchChunk, 256*(commands+2)))}
 }
 
 // start begins a message; its payload is appended to b.buf, then end.
 func (b *batchBuf) start(typ, flags uint16) {
-	if len(b.buf) >= batchChunk {
+	if len(b.buf) >= b.limit {
 		b.chunks = append(b.chunks, b.buf)
-		b.buf = make([]byte, 0, batchChunk+batchChunk/8)
+		b.written += len(b.buf)
+		b.limit = chunkLimit(b.written)
+		b.buf = make([]byte, 0, b.limit+b.limit/8)
 	}
 	flags &^= unix.NLM_F_ACK | unix.NLM_F_ECHO
 	if b.n == b.ack {
