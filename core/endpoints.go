@@ -107,19 +107,11 @@ func parseSlices(e *env, info *svcInfo, list []*discovery.EndpointSlice, probs *
 	var out [2][]*parsedSlice
 	for _, s := range list {
 		sink := problemSink{kind: "EndpointSlice", namespace: s.Namespace, name: s.Name, svc: info.nsn, list: probs}
-		var fam v1.IPFamily
-		switch s.AddressType {
-		case discovery.AddressTypeIPv4:
-			fam = v1.IPv4Protocol
-		case discovery.AddressTypeIPv6:
-			fam = v1.IPv6Protocol
-		case discovery.AddressTypeFQDN:
-			continue
-		default:
-			sink.add("addressType", "%q is not IPv4, IPv6 or FQDN; slice skipped", s.AddressType)
-			continue
+		fam, why, bad := sliceSkip(s.AddressType, info.hasClusterIP, e.runs)
+		if bad {
+			sink.add("addressType", "%s; slice skipped", why)
 		}
-		if !info.clusterIP[famIndex(fam)].IsValid() || !e.runs(fam) {
+		if why != "" {
 			continue
 		}
 		out[famIndex(fam)] = append(out[famIndex(fam)], parseSlice(e, info, s, fam, sink))
@@ -191,13 +183,10 @@ func parseEndpoint(e *env, info *svcInfo, s *discovery.EndpointSlice, i int, fam
 	}
 	c.valid = true
 	c.addr = a.Unmap()
-	cond := ep.Conditions
 	// publishNotReadyAddresses is not read here: the EndpointSlice
 	// controller already publishes such a Service's endpoints as ready, and
 	// kube-proxy, like crossproxy, trusts what the slice says.
-	c.ready = cond.Ready == nil || *cond.Ready
-	c.serving = cond.Serving == nil || *cond.Serving
-	c.terminating = cond.Terminating != nil && *cond.Terminating
+	c.ready, c.serving, c.terminating = EndpointConditions(ep.Conditions)
 	c.local = ep.NodeName != nil && *ep.NodeName != "" && *ep.NodeName == e.node.Name
 	return c
 }
@@ -279,8 +268,8 @@ func chooseEndpoints(e *env, info *svcInfo, sp *ServicePort, p svcPort, parsed [
 		why[i][set] = x
 	}
 	if clusterUsed {
-		mode, tnote := topologyMode(picks, e.node.Name, e.node.Zone)
-		sp.TopologyMode, sp.TopologyNote = mode, tnote
+		mode, unused := topologyMode(picks, e.node.Name, e.node.Zone)
+		sp.TopologyMode, sp.HintsUnused, sp.TopologyNote = mode, unused, hintsNote(unused, e.node.Name, e.node.Zone)
 		sp.ClusterEndpoints = make([]Endpoint, 0, len(picks))
 		for i, k := range picks {
 			var x *Exclusion
@@ -422,9 +411,9 @@ func topologyReason(c *candidate, mode string, node NodeInfo) *Exclusion {
 
 // topologyMode decides, as kube-proxy does, whether hints narrow the cluster
 // set: node hints when every ready endpoint has one and one names this node,
-// else zone hints likewise, else none. note explains hints that were present
-// but not used.
-func topologyMode(picks []pick, node, zone string) (mode, note string) {
+// else zone hints likewise, else none. unused says why hints that were
+// present were not used.
+func topologyMode(picks []pick, node, zone string) (mode string, unused []HintsUnused) {
 	allNode, allZone := true, true
 	forNode, forZone := false, false
 	anyNodeHint, anyZoneHint, anyReady := false, false, false
@@ -448,37 +437,55 @@ func topologyMode(picks []pick, node, zone string) (mode, note string) {
 			forZone = forZone || (fz && zone != "")
 		}
 	}
-	if !anyReady {
-		return "", ""
+	switch {
+	case !anyReady:
+		return "", nil
+	case allNode && forNode:
+		return v1.ServiceTrafficDistributionPreferSameNode, nil
+	case allZone && forZone:
+		return v1.ServiceTrafficDistributionPreferSameZone, nil
 	}
-	if allNode && forNode {
-		return v1.ServiceTrafficDistributionPreferSameNode, ""
-	}
-	if allZone && forZone {
-		return v1.ServiceTrafficDistributionPreferSameZone, ""
-	}
-	var why []string
 	if anyNodeHint {
 		if !allNode {
-			why = append(why, "some ready endpoints have no forNodes hint")
+			unused = append(unused, HintsNodeIncomplete)
 		} else {
-			why = append(why, fmt.Sprintf("no forNodes hint names this node %q", node))
+			unused = append(unused, HintsNodeNotHere)
 		}
 	}
 	if anyZoneHint {
 		switch {
 		case !allZone:
-			why = append(why, "some ready endpoints have no forZones hint")
+			unused = append(unused, HintsZoneIncomplete)
 		case zone == "":
-			why = append(why, "this node has no "+v1.LabelTopologyZone+" label")
+			unused = append(unused, HintsNodeWithoutZone)
 		default:
+			unused = append(unused, HintsZoneNotHere)
+		}
+	}
+	return "", unused
+}
+
+// hintsNote says in words why hints were not used, for TopologyNote.
+func hintsNote(unused []HintsUnused, node, zone string) string {
+	if len(unused) == 0 {
+		return ""
+	}
+	why := make([]string, 0, len(unused))
+	for _, u := range unused {
+		switch u {
+		case HintsNodeIncomplete:
+			why = append(why, "some ready endpoints have no forNodes hint")
+		case HintsNodeNotHere:
+			why = append(why, fmt.Sprintf("no forNodes hint names this node %q", node))
+		case HintsZoneIncomplete:
+			why = append(why, "some ready endpoints have no forZones hint")
+		case HintsNodeWithoutZone:
+			why = append(why, "this node has no "+v1.LabelTopologyZone+" label")
+		case HintsZoneNotHere:
 			why = append(why, fmt.Sprintf("no forZones hint names this node's zone %q", zone))
 		}
 	}
-	if len(why) == 0 {
-		return "", ""
-	}
-	return "", "hints ignored: " + strings.Join(why, "; ") + "; all endpoints are used"
+	return "hints ignored: " + strings.Join(why, "; ") + "; all endpoints are used"
 }
 
 // sortExclusions orders by address (numerically where it parses), port, slice, set.

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/netip"
 	"testing"
@@ -150,15 +151,18 @@ func checkInvariants(t *testing.T, st *NodeState) {
 		if p.Key != k {
 			t.Fatalf("port filed under %s has key %s", k, p.Key)
 		}
-		if len(p.Frontends) == 0 || p.Frontends[0].Kind != FrontendClusterIP {
-			t.Fatalf("%s: frontends %v do not start with the ClusterIP", k, p.Frontends)
+		if len(p.Frontends) == 0 || p.Frontends[0].Kind != FrontendClusterIP || p.Frontends[0].Addr != p.ClusterIP {
+			t.Fatalf("%s: frontends %v do not start with the ClusterIP %s", k, p.Frontends, p.ClusterIP)
 		}
-		if p.Port == 0 {
-			t.Fatalf("%s: port 0", k)
+		if p.Port == 0 || p.Protocol != k.Protocol {
+			t.Fatalf("%s: port %d protocol %s", k, p.Port, p.Protocol)
+		}
+		if !canonical(p.ClusterIP, k.Family) {
+			t.Fatalf("%s: bad ClusterIP %v", k, p.ClusterIP)
 		}
 		claimed := map[netip.AddrPort]bool{}
-		for _, fe := range p.Frontends {
-			if !fe.Addr.IsValid() || familyOf(fe.Addr) != k.Family || fe.Port == 0 {
+		for i, fe := range p.Frontends {
+			if !canonical(fe.Addr, k.Family) || fe.Port == 0 {
 				t.Fatalf("%s: bad frontend %v", k, fe)
 			}
 			if ap := netip.AddrPortFrom(fe.Addr, fe.Port); claimed[ap] {
@@ -166,15 +170,27 @@ func checkInvariants(t *testing.T, st *NodeState) {
 			} else {
 				claimed[ap] = true
 			}
+			if i > 0 {
+				prev := p.Frontends[i-1]
+				if c := cmp.Compare(frontendOrder[prev.Kind], frontendOrder[fe.Kind]); c > 0 || c == 0 && prev.Addr.Compare(fe.Addr) >= 0 {
+					t.Fatalf("%s: frontends not in documented order: %v", k, p.Frontends)
+				}
+			}
 		}
-		for _, r := range p.SourceRanges {
-			if familyOf(r.Addr()) != k.Family || r.Bits() == 0 {
+		for i, r := range p.SourceRanges {
+			if !canonical(r.Addr(), k.Family) || r.Bits() <= 0 || r != r.Masked() {
 				t.Fatalf("%s: bad source range %v", k, r)
 			}
+			if i > 0 && comparePrefix(p.SourceRanges[i-1], r) >= 0 {
+				t.Fatalf("%s: source ranges not sorted or repeated: %v", k, p.SourceRanges)
+			}
+		}
+		if (p.TopologyMode != "" && len(p.HintsUnused) > 0) || (p.TopologyNote == "") != (len(p.HintsUnused) == 0) {
+			t.Fatalf("%s: topology mode %q, unused hints %v, note %q disagree", k, p.TopologyMode, p.HintsUnused, p.TopologyNote)
 		}
 		for _, set := range [][]Endpoint{p.ClusterEndpoints, p.LocalEndpoints} {
 			for i, e := range set {
-				if !e.Addr.IsValid() || familyOf(e.Addr) != k.Family || e.Port == 0 {
+				if !canonical(e.Addr, k.Family) || e.Port == 0 {
 					t.Fatalf("%s: bad endpoint %+v", k, e)
 				}
 				if i > 0 && set[i-1].AddrPort().Compare(e.AddrPort()) >= 0 {
@@ -194,6 +210,21 @@ func checkInvariants(t *testing.T, st *NodeState) {
 			t.Fatalf("%s: empty internal set without verdict", k)
 		}
 	}
+	sorted := st.SortedPorts()
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i-1].Key.Compare(sorted[i].Key) >= 0 {
+			t.Fatalf("SortedPorts out of order: %s before %s", sorted[i-1].Key, sorted[i].Key)
+		}
+	}
+}
+
+// frontendOrder is the documented order of frontend kinds in ServicePort.Frontends.
+var frontendOrder = map[FrontendKind]int{FrontendClusterIP: 0, FrontendNodePort: 1, FrontendExternalIP: 2, FrontendLoadBalancer: 3}
+
+// canonical reports whether a is an address the core may hand a backend for
+// a port of family fam: valid, without zone, not IPv4-mapped, of that family.
+func canonical(a netip.Addr, fam v1.IPFamily) bool {
+	return a.IsValid() && a.Zone() == "" && !a.Is4In6() && familyOf(a) == fam
 }
 
 // byteReader hands out fuzz bytes as small choices; zero once exhausted.
@@ -231,8 +262,9 @@ func objectsFromBytes(data []byte) fuzzInput {
 	in.Options.NodePortAddresses = [][]string{nil, {"primary"}, {"192.168.0.0/16"}, {"fd00::/8", "primary"}}[r.pick(4)]
 	in.Options.ClusterCIDRs = [][]string{nil, {"10.0.0.0/8"}, {"10.0.0.0/8", "fd00::/8"}}[r.pick(3)]
 	in.Options.MasqueradeAll = r.pick(2) == 1
+	in.Options.HostAddresses = [][]string{nil, {"192.168.0.9", "fe80::1%eth0", "::ffff:192.168.1.1", "fd00::9"}}[r.pick(2)]
 	names := []string{"a", "b", "c"}
-	ips := []string{"10.0.0.1", "10.0.0.2", "fd00::1", "fd00::2", "None", "", "bad", "10.0.0.1"}
+	ips := []string{"10.0.0.1", "10.0.0.2", "fd00::1", "fd00::2", "None", "", "bad", "10.0.0.1", "::ffff:10.0.0.3", "fe80::1%eth0"}
 	for range r.pick(4) {
 		s := testService(r.str(names...))
 		s.Spec.Type = []v1.ServiceType{v1.ServiceTypeClusterIP, v1.ServiceTypeNodePort, v1.ServiceTypeLoadBalancer, v1.ServiceTypeExternalName}[r.pick(4)]
@@ -261,9 +293,9 @@ func objectsFromBytes(data []byte) fuzzInput {
 			s.Spec.InternalTrafficPolicy = ptr(v1.ServiceInternalTrafficPolicyLocal)
 		}
 		for range r.pick(3) {
-			s.Spec.ExternalIPs = append(s.Spec.ExternalIPs, r.str("203.0.113.1", "2001:db8::1", "nope"))
-			s.Spec.LoadBalancerSourceRanges = append(s.Spec.LoadBalancerSourceRanges, r.str("203.0.113.0/24", "0.0.0.0/0", "::/0", "x"))
-			s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, v1.LoadBalancerIngress{IP: r.str("198.51.100.1", "", "2001:db8::2", "?"),
+			s.Spec.ExternalIPs = append(s.Spec.ExternalIPs, r.str("203.0.113.1", "2001:db8::1", "nope", "::ffff:203.0.113.5", "fe80::5%eth0"))
+			s.Spec.LoadBalancerSourceRanges = append(s.Spec.LoadBalancerSourceRanges, r.str("203.0.113.0/24", "0.0.0.0/0", "::/0", "x", "::ffff:203.0.113.0/120", "::ffff:0:0/64", "203.0.113.7/24"))
+			s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, v1.LoadBalancerIngress{IP: r.str("198.51.100.1", "", "2001:db8::2", "?", "::ffff:198.51.100.9"),
 				IPMode: []*v1.LoadBalancerIPMode{nil, ptr(v1.LoadBalancerIPModeProxy), ptr(v1.LoadBalancerIPModeVIP)}[r.pick(3)]})
 		}
 		if r.pick(2) == 1 {

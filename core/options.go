@@ -187,7 +187,7 @@ func (e *env) nodePortAddresses(f v1.IPFamily, primaryAddr netip.Addr) []netip.A
 	}
 	candidates := append(slices.Clone(e.node.Addresses), e.opts.HostAddresses...)
 	for _, a := range candidates {
-		a = a.Unmap()
+		a = a.Unmap().WithZone("")
 		if !a.IsValid() || familyOf(a) != f {
 			continue
 		}

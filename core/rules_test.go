@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -346,6 +347,7 @@ func TestRule5Topology(t *testing.T) {
 				expectEq(t, "cluster", eps(p.ClusterEndpoints), "10.0.0.1:8080 10.0.0.2:8080")
 				expectEq(t, "mode", p.TopologyMode, "")
 				expectEq(t, "note", p.TopologyNote, "hints ignored: some ready endpoints have no forZones hint; all endpoints are used")
+				expectEq(t, "unused", fmt.Sprint(p.HintsUnused), "[SomeReadyWithoutZoneHint]")
 			}},
 		{name: "zone hints ignored when none names our zone", services: svcs(testService("web")),
 			slices: eslices(testSlice("web-a", "web", ep("10.0.0.1", "n2", forZones("b")), ep("10.0.0.2", "n3", forZones("c")))),
@@ -353,11 +355,13 @@ func TestRule5Topology(t *testing.T) {
 				p := mustPort(t, st, httpV4("web"))
 				expectEq(t, "cluster", eps(p.ClusterEndpoints), "10.0.0.1:8080 10.0.0.2:8080")
 				expectEq(t, "note", p.TopologyNote, `hints ignored: no forZones hint names this node's zone "a"; all endpoints are used`)
+				expectEq(t, "unused", fmt.Sprint(p.HintsUnused), "[NoZoneHintForThisZone]")
 			}},
 		{name: "zone hints ignored on a node without zone label", node: testNode("n1", "", "192.168.0.1"), services: svcs(testService("web")),
 			slices: eslices(testSlice("web-a", "web", ep("10.0.0.1", "n2", forZones("b")))),
 			check: func(t *testing.T, st *NodeState) {
 				expectEq(t, "note", mustPort(t, st, httpV4("web")).TopologyNote, "hints ignored: this node has no topology.kubernetes.io/zone label; all endpoints are used")
+				expectEq(t, "unused", fmt.Sprint(mustPort(t, st, httpV4("web")).HintsUnused), "[NodeWithoutZone]")
 			}},
 		{name: "hints of not-ready endpoints do not count", services: svcs(testService("web")),
 			slices: eslices(testSlice("web-a", "web", ep("10.0.0.1", "n2", forZones("a")), ep("10.0.0.2", "n3", notReady))),

@@ -74,7 +74,12 @@ type problemSink struct {
 	list                  *[]Problem
 }
 
+// add records a problem; a sink without a list discards it (for callers that
+// need only the parsed value, such as ServiceFamilies).
 func (s problemSink) add(field, format string, args ...any) {
+	if s.list == nil {
+		return
+	}
 	*s.list = append(*s.list, Problem{Kind: s.kind, Object: s.namespace + "/" + s.name, Field: field,
 		Reason: fmt.Sprintf(format, args...), Service: s.svc})
 }
@@ -84,16 +89,7 @@ func ignoreReason(opts Options, svc *v1.Service) string {
 	if v, ok := svc.Labels[LabelServiceProxyName]; ok && (opts.ProxyName == "" || v != opts.ProxyName) {
 		return fmt.Sprintf("label %s=%q belongs to another proxy", LabelServiceProxyName, v)
 	}
-	if svc.Spec.Type == v1.ServiceTypeExternalName {
-		return "type ExternalName is answered by DNS, not proxied"
-	}
-	if svc.Spec.ClusterIP == v1.ClusterIPNone {
-		return "headless (clusterIP None)"
-	}
-	if svc.Spec.ClusterIP == "" && len(svc.Spec.ClusterIPs) == 0 {
-		return "no clusterIP allocated"
-	}
-	return ""
+	return NotProxied(svc)
 }
 
 // computeService builds one Service's ports for every family this node runs.
@@ -145,26 +141,8 @@ func computeService(e *env, svc *v1.Service, list []*discovery.EndpointSlice) *s
 func parseService(svc *v1.Service, nsn types.NamespacedName, sink problemSink) *svcInfo {
 	spec := &svc.Spec
 	info := &svcInfo{nsn: nsn}
-	ips, field := spec.ClusterIPs, "spec.clusterIPs[%d]"
-	if len(ips) > 0 && spec.ClusterIP != "" && spec.ClusterIP != ips[0] {
-		sink.add("spec.clusterIP", "%q differs from spec.clusterIPs[0] %q; clusterIPs is used", spec.ClusterIP, ips[0])
-	}
-	if len(ips) == 0 {
-		ips, field = []string{spec.ClusterIP}, "spec.clusterIP%.0d"
-	}
-	for i, s := range ips {
-		a, err := netip.ParseAddr(strings.TrimSpace(s))
-		if err != nil || a.Zone() != "" {
-			sink.add(fmt.Sprintf(field, i), "%q is not an IP address", s)
-			continue
-		}
-		a = a.Unmap()
-		f := familyOf(a)
-		if info.clusterIP[famIndex(f)].IsValid() {
-			sink.add(fmt.Sprintf(field, i), "second %s address %s; only the first is used", f, a)
-			continue
-		}
-		info.clusterIP[famIndex(f)] = a
+	for _, a := range parseClusterIPs(spec, sink) {
+		info.clusterIP[famIndex(familyOf(a))] = a
 	}
 	info.nodePorts = spec.Type == v1.ServiceTypeNodePort || spec.Type == v1.ServiceTypeLoadBalancer
 	info.itpLocal = spec.InternalTrafficPolicy != nil && *spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal
@@ -227,11 +205,15 @@ func parseService(svc *v1.Service, nsn types.NamespacedName, sink problemSink) *
 		}
 		for i, s := range spec.LoadBalancerSourceRanges {
 			p, err := netip.ParsePrefix(strings.TrimSpace(s))
-			if err != nil {
+			if err == nil {
+				// An IPv4-mapped prefix shorter than the mapping (::ffff:0:0/96)
+				// has no IPv4 form: PrefixFrom makes it invalid.
+				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-unmapBits(p.Addr())).Masked()
+			}
+			if err != nil || !p.IsValid() {
 				sink.add(fmt.Sprintf("spec.loadBalancerSourceRanges[%d]", i), "%q is not a CIDR; range ignored", s)
 				continue
 			}
-			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-unmapBits(p.Addr())).Masked()
 			if p.Bits() == 0 {
 				info.allOpen[famIndex(familyOf(p.Addr()))] = true
 			}
@@ -259,6 +241,34 @@ func parseService(svc *v1.Service, nsn types.NamespacedName, sink problemSink) *
 		}
 	}
 	return info
+}
+
+// parseClusterIPs returns the Service's usable cluster IPs, unmapped, at most
+// one per family, in the order the Service lists them.
+func parseClusterIPs(spec *v1.ServiceSpec, sink problemSink) []netip.Addr {
+	ips, field := spec.ClusterIPs, "spec.clusterIPs[%d]"
+	if len(ips) > 0 && spec.ClusterIP != "" && spec.ClusterIP != ips[0] {
+		sink.add("spec.clusterIP", "%q differs from spec.clusterIPs[0] %q; clusterIPs is used", spec.ClusterIP, ips[0])
+	}
+	if len(ips) == 0 {
+		ips, field = []string{spec.ClusterIP}, "spec.clusterIP%.0d"
+	}
+	var out []netip.Addr
+	for i, s := range ips {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil || a.Zone() != "" {
+			sink.add(fmt.Sprintf(field, i), "%q is not an IP address", s)
+			continue
+		}
+		a = a.Unmap()
+		f := familyOf(a)
+		if slices.ContainsFunc(out, func(o netip.Addr) bool { return familyOf(o) == f }) {
+			sink.add(fmt.Sprintf(field, i), "second %s address %s; only the first is used", f, a)
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // unmapBits is how many prefix bits an IPv4-mapped IPv6 address spends on the mapping.

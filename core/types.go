@@ -240,28 +240,46 @@ func (k PortKey) String() string {
 	return fmt.Sprintf("%s:%s/%s/%s", k.Service, k.PortName, k.Protocol, fam)
 }
 
+// Compare orders port keys by Service namespace, name, port name, protocol and
+// family. It is the one order of port keys: NodeState.SortedPorts, the core's
+// own lists and the backends' listings all use it.
+func (k PortKey) Compare(o PortKey) int { return comparePortKey(k, o) }
+
 // ServicePort is everything a backend needs for one Service port in one family.
 // Backends must treat it as read-only: it may be shared between NodeStates.
+//
+// Whatever the input, the core guarantees (FuzzCompute checks it) that a
+// ServicePort is family-pure, valid and sorted, so backends need no guard of
+// their own: every address (ClusterIP, frontends, endpoints, source ranges)
+// is valid, has no IPv6 zone, is not IPv4-mapped and is of Key.Family;
+// Protocol equals Key.Protocol; ports are non-zero. The field comments say how
+// each list is ordered; no list holds a repeat.
 type ServicePort struct {
 	Key       PortKey
 	ClusterIP netip.Addr
 	Port      uint16
 	NodePort  uint16
 	Protocol  v1.Protocol
-	// Frontends are every address:port of this port on this node, ClusterIP first.
+	// Frontends are every address:port of this port on this node: the
+	// ClusterIP first, then the NodePort frontends in the order of
+	// NodeState.NodePortAddresses, then the external IPs and then the load
+	// balancer IPs, each sorted by address. No address:port appears twice.
 	Frontends []Frontend
 	// SourceRanges restrict LoadBalancer frontends to these client prefixes
-	// (this family only). Nil means no filtering (also when a /0 was given).
+	// (this family only), masked, sorted by address then length. Nil means no
+	// filtering (also when a /0 was given); a /0 never appears.
 	SourceRanges []netip.Prefix
 	Affinity     Affinity
 	// InternalPolicyLocal and ExternalPolicyLocal are the resolved traffic policies.
 	InternalPolicyLocal bool
 	ExternalPolicyLocal bool
 	// ClusterEndpoints serve Cluster-policy traffic, after topology filtering and
-	// the serving-terminating fallback.
+	// the serving-terminating fallback. Sorted by address:port, one entry per
+	// address:port; nil when the set is empty or unused.
 	ClusterEndpoints []Endpoint
 	// LocalEndpoints serve Local-policy traffic: this node's endpoints, ready
-	// ones or, when none is ready, serving-terminating ones.
+	// ones or, when none is ready, serving-terminating ones. Sorted and
+	// without repeats as ClusterEndpoints.
 	LocalEndpoints []Endpoint
 	// InternalEmpty and ExternalEmpty say what happens when InternalEndpoints or
 	// ExternalEndpoints is empty.
@@ -272,11 +290,37 @@ type ServicePort struct {
 	HealthCheckNodePort uint16
 	// TopologyMode is "", "PreferSameZone" or "PreferSameNode": the hints used for ClusterEndpoints.
 	TopologyMode string
-	// TopologyNote explains why hints were not used, when they were present.
+	// HintsUnused says why hints carried by the ready endpoints did not
+	// narrow ClusterEndpoints, one entry per kind of hint. It is empty when
+	// TopologyMode is set and when no ready endpoint carries a hint, so an
+	// empty TopologyMode with empty HintsUnused means "no hints to use".
+	HintsUnused []HintsUnused `json:",omitempty"`
+	// TopologyNote says HintsUnused in words, e.g. "hints ignored: no
+	// forZones hint names this node's zone "a"; all endpoints are used".
 	TopologyNote string
 	// Excluded lists endpoints left out of a set, with the reason.
 	Excluded []Exclusion
 }
+
+// HintsUnused is why topology hints present on a port's ready endpoints did
+// not narrow its cluster set, so explain and state can say it without
+// re-deriving the hint rules.
+type HintsUnused string
+
+const (
+	// HintsNodeIncomplete: some ready endpoints have forNodes hints, others none.
+	HintsNodeIncomplete HintsUnused = "SomeReadyWithoutNodeHint"
+	// HintsNodeNotHere: every ready endpoint has forNodes hints, none names this node.
+	HintsNodeNotHere HintsUnused = "NoNodeHintForThisNode"
+	// HintsZoneIncomplete: some ready endpoints have forZones hints, others none.
+	HintsZoneIncomplete HintsUnused = "SomeReadyWithoutZoneHint"
+	// HintsNodeWithoutZone: every ready endpoint has forZones hints, but this
+	// node has no zone label to match them.
+	HintsNodeWithoutZone HintsUnused = "NodeWithoutZone"
+	// HintsZoneNotHere: every ready endpoint has forZones hints, none names
+	// this node's zone, so no ready endpoint is in this zone.
+	HintsZoneNotHere HintsUnused = "NoZoneHintForThisZone"
+)
 
 // InternalEndpoints is the set ClusterIP traffic uses.
 func (p *ServicePort) InternalEndpoints() []Endpoint {
@@ -328,7 +372,9 @@ type NodeState struct {
 	LocalDetect map[v1.IPFamily]FamilyLocalDetect
 	// NodePortAddresses per family: the addresses that got NodePort frontends.
 	NodePortAddresses map[v1.IPFamily][]netip.Addr
-	// Ports holds every proxied Service port, keyed by PortKey.
+	// Ports holds every proxied Service port, keyed by PortKey. Every
+	// ServicePort keeps the guarantees its type documents; SortedPorts lists
+	// them in PortKey.Compare order.
 	Ports map[PortKey]*ServicePort
 	// HealthChecks, sorted by Service.
 	HealthChecks []HealthCheck

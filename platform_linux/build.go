@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -216,7 +217,7 @@ func Build(state *core.NodeState, cfg Config) *Ruleset {
 	for k := range state.Ports {
 		keys = append(keys, k)
 	}
-	SortKeys(keys)
+	slices.SortFunc(keys, core.PortKey.Compare)
 	for _, k := range keys {
 		p := state.Ports[k]
 		if why := Inexpressible(p); why != "" {
@@ -226,15 +227,6 @@ func Build(state *core.NodeState, cfg Config) *Ruleset {
 		rs.Ports = append(rs.Ports, BuildPort(p, state.LocalDetect[k.Family], cfg))
 	}
 	return rs
-}
-
-// SortKeys sorts port keys by their string form, the order of every listing.
-func SortKeys(keys []core.PortKey) {
-	strs := make(map[core.PortKey]string, len(keys))
-	for _, k := range keys {
-		strs[k] = k.String()
-	}
-	sort.Slice(keys, func(i, j int) bool { return strs[keys[i]] < strs[keys[j]] })
 }
 
 // BuildGlobals computes the chains and sets that are not a port's. The main
@@ -317,12 +309,10 @@ type portBuilder struct {
 }
 
 // BuildPort computes the objects of one Service port; cfg.Shards must be set
-// and Inexpressible(p) must be "".
-// Addresses of the wrong family or invalid ones (which the core should never
-// produce) are left out rather than written: the kernel would refuse the
-// whole batch, and every other Service with it.
+// and Inexpressible(p) must be "". It writes p's addresses as they are: the
+// core guarantees they are valid, unmapped and of the port's family (see
+// core.ServicePort), which the kernel needs to take the batch.
 func BuildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *PortObjects {
-	p = sanitize(p)
 	f := p.Key.Family
 	hash, shard := portHash(p.Key, cfg.Shards)
 	b := &portBuilder{p: p, det: det, o: &PortObjects{Key: p.Key, ClusterIP: p.ClusterIP, Shard: shard}, aff: map[string]bool{}}
@@ -422,55 +412,6 @@ func BuildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *Por
 		}
 	}
 	return b.o
-}
-
-// sanitize returns p, or a copy without frontends, endpoints and source
-// ranges whose address is invalid or of another family.
-func sanitize(p *core.ServicePort) *core.ServicePort {
-	v6 := p.Key.Family == v1.IPv6Protocol
-	ok := func(a netip.Addr) bool { return a.IsValid() && a.Is6() == v6 && !a.Is4In6() }
-	clean := true
-	for _, fe := range p.Frontends {
-		clean = clean && ok(fe.Addr)
-	}
-	for _, set := range [][]core.Endpoint{p.ClusterEndpoints, p.LocalEndpoints} {
-		for _, e := range set {
-			clean = clean && ok(e.Addr)
-		}
-	}
-	for _, r := range p.SourceRanges {
-		clean = clean && ok(r.Addr())
-	}
-	if clean {
-		return p
-	}
-	c := *p
-	c.Frontends = nil
-	for _, fe := range p.Frontends {
-		if ok(fe.Addr) {
-			c.Frontends = append(c.Frontends, fe)
-		}
-	}
-	keep := func(eps []core.Endpoint) []core.Endpoint {
-		var out []core.Endpoint
-		for _, e := range eps {
-			if ok(e.Addr) {
-				out = append(out, e)
-			}
-		}
-		return out
-	}
-	c.ClusterEndpoints, c.LocalEndpoints = keep(p.ClusterEndpoints), keep(p.LocalEndpoints)
-	c.SourceRanges = nil
-	for _, r := range p.SourceRanges {
-		if ok(r.Addr()) {
-			c.SourceRanges = append(c.SourceRanges, r)
-		}
-	}
-	if !ok(c.ClusterIP) {
-		c.ClusterIP = netip.Addr{}
-	}
-	return &c
 }
 
 // body spreads new connections over eps: optional affinity lookups, then a

@@ -3,6 +3,7 @@ package nft
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -280,7 +281,7 @@ func PlanPartial(prev *Applied, ports map[core.PortKey]*PortObjects) *PartialPla
 	for k := range ports {
 		keys = append(keys, k)
 	}
-	SortKeys(keys)
+	slices.SortFunc(keys, core.PortKey.Compare)
 
 	// Chains and sets are named uniquely per port, so a name identifies them;
 	// tables remembers which shard table each lives in.

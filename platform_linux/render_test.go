@@ -108,29 +108,6 @@ func TestRenderGolden(t *testing.T) {
 	golden(t, "render.nft", Build(testState(), Config{LocalhostNodePorts: true}).Text())
 }
 
-// TestBuildPortDropsBadAddresses: addresses the kernel would refuse never
-// reach a batch.
-func TestBuildPortDropsBadAddresses(t *testing.T) {
-	p := *testState().Ports[key("default", "web", "http", v1.ProtocolTCP, v1.IPv4Protocol)]
-	p.Frontends = append(append([]core.Frontend(nil), p.Frontends...), core.Frontend{Kind: core.FrontendExternalIP, Port: 80},
-		fe(core.FrontendExternalIP, "fd00::1", 80))
-	p.ClusterEndpoints = append(append([]core.Endpoint(nil), p.ClusterEndpoints...), core.Endpoint{Port: 1}, ep("fd00::9", 80, false))
-	o := BuildPort(&p, core.FamilyLocalDetect{}, Config{Shards: 1})
-	for _, e := range o.Frontends {
-		if !e.Addr.Is4() {
-			t.Errorf("frontend %v kept", e.Addr)
-		}
-	}
-	for _, a := range o.Endpoints {
-		if !a.Is4() {
-			t.Errorf("endpoint %v kept", a)
-		}
-	}
-	if len(o.Frontends) != 3 || len(o.Endpoints) != 2 {
-		t.Errorf("good addresses lost: %v %v", o.Frontends, o.Endpoints)
-	}
-}
-
 // TestBuildSkipsInexpressiblePorts: a port the kernel would refuse is left
 // out of the ruleset and named, with why, in the rendered text.
 func TestBuildSkipsInexpressiblePorts(t *testing.T) {

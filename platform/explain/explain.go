@@ -89,14 +89,10 @@ func (a *analysis) ignoreReason() string {
 		}
 		return ""
 	}
-	// Without a computed state, recognise the cases that need no options.
+	// Without a computed state, the core still says which Services no
+	// options could make it proxy.
 	if svc := a.in.Object; svc != nil {
-		switch {
-		case svc.Spec.Type == v1.ServiceTypeExternalName:
-			return "type ExternalName is answered by DNS, not proxied"
-		case svc.Spec.ClusterIP == v1.ClusterIPNone:
-			return "headless (clusterIP None)"
-		}
+		return core.NotProxied(svc)
 	}
 	return ""
 }
@@ -122,7 +118,7 @@ func (a *analysis) declaredLayer() {
 		a.add(LayerDeclared, SeverityMismatch, "the Service declares no ports")
 	}
 	if st := a.in.State; st != nil && len(st.Families) > 0 {
-		fams := serviceFamilies(svc)
+		fams := core.ServiceFamilies(svc)
 		if len(fams) > 0 && !slices.ContainsFunc(fams, func(f v1.IPFamily) bool { return slices.Contains(st.Families, f) }) {
 			a.add(LayerDeclared, SeverityMismatch, "the Service has only %s cluster IPs but this node runs %s",
 				joinFamilies(fams), joinFamilies(st.Families))
@@ -133,30 +129,6 @@ func (a *analysis) declaredLayer() {
 	}
 }
 
-// serviceFamilies are the families of the Service's cluster IPs.
-func serviceFamilies(svc *v1.Service) []v1.IPFamily {
-	ips := svc.Spec.ClusterIPs
-	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
-		ips = []string{svc.Spec.ClusterIP}
-	}
-	var out []v1.IPFamily
-	for _, s := range ips {
-		if ip, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
-			if f := familyOf(ip); !slices.Contains(out, f) {
-				out = append(out, f)
-			}
-		}
-	}
-	return out
-}
-
-func familyOf(a netip.Addr) v1.IPFamily {
-	if a.Unmap().Is4() {
-		return v1.IPv4Protocol
-	}
-	return v1.IPv6Protocol
-}
-
 func joinFamilies(fams []v1.IPFamily) string {
 	s := make([]string, 0, len(fams))
 	for _, f := range fams {
@@ -165,30 +137,15 @@ func joinFamilies(fams []v1.IPFamily) string {
 	return strings.Join(s, " and ")
 }
 
-// served reports whether this node proxies slices of the address type: the
-// Service has a cluster IP of that family and the node runs it.
+// served reports whether the core reads the slice's endpoints on this node
+// (the core's decision: address type, the Service's cluster IP families, the
+// node's families, the headless label).
 func (a *analysis) served(s *discovery.EndpointSlice) bool {
-	var fam v1.IPFamily
-	if sliceIgnored(a.in, s) != "" {
-		return false
+	var fams []v1.IPFamily
+	if st := a.in.State; st != nil {
+		fams = st.Families
 	}
-	switch s.AddressType {
-	case discovery.AddressTypeIPv4:
-		fam = v1.IPv4Protocol
-	case discovery.AddressTypeIPv6:
-		fam = v1.IPv6Protocol
-	default:
-		return false
-	}
-	if a.in.Object != nil {
-		if fams := serviceFamilies(a.in.Object); len(fams) > 0 && !slices.Contains(fams, fam) {
-			return false
-		}
-	}
-	if st := a.in.State; st != nil && len(st.Families) > 0 && !slices.Contains(st.Families, fam) {
-		return false
-	}
-	return true
+	return core.SliceUnused(a.in.Object, s, fams) == ""
 }
 
 // servedSlices are the Service's slices this node proxies, sorted by name.
@@ -252,11 +209,10 @@ func (a *analysis) publishedLayer() {
 	ready, servingTerminating := 0, 0
 	for _, s := range served {
 		for _, ep := range s.Endpoints {
-			c := ep.Conditions
-			switch {
-			case c.Ready == nil || *c.Ready:
+			switch isReady, serving, terminating := core.EndpointConditions(ep.Conditions); {
+			case isReady:
 				ready++
-			case (c.Serving == nil || *c.Serving) && c.Terminating != nil && *c.Terminating:
+			case serving && terminating:
 				servingTerminating++
 			}
 		}
@@ -422,68 +378,22 @@ func (a *analysis) verdicts(sp *core.ServicePort) {
 }
 
 // topology explains a trafficDistribution or hints that did not narrow the
-// cluster set.
+// cluster set, in the core's words (HintsUnused, TopologyNote).
 func (a *analysis) topology(sp *core.ServicePort) {
 	if sp.TopologyMode != "" {
 		return
 	}
-	zone := a.r.Computed.Zone
+	if slices.Contains(sp.HintsUnused, core.HintsZoneNotHere) {
+		a.add(LayerComputed, SeverityMismatch, "no ready endpoint in zone %s: using all zones", a.r.Computed.Zone)
+		return
+	}
 	if sp.TopologyNote != "" {
-		if zone != "" && a.zoneHintsMissZone(sp.Key.Family, zone) {
-			a.add(LayerComputed, SeverityMismatch, "no ready endpoint in zone %s: using all zones", zone)
-			return
-		}
 		a.add(LayerComputed, SeverityMismatch, "%s: %s", portName(sp), sp.TopologyNote)
 		return
 	}
+	// The core found no hint on the ready endpoints (HintsUnused is empty).
 	td := a.r.Declared.TrafficDistribution
-	if td != "" && len(sp.ClusterEndpoints) > 0 && !a.anyHints(sp.Key.Family) {
+	if td != "" && len(sp.ClusterEndpoints) > 0 {
 		a.add(LayerComputed, SeverityNote, "trafficDistribution %s is set but no endpoint carries hints: all zones are used", td)
 	}
-}
-
-// readyEndpoints yields the ready endpoints of the served slices of a family.
-func (a *analysis) readyEndpoints(fam v1.IPFamily) []discovery.Endpoint {
-	var out []discovery.Endpoint
-	for _, s := range a.servedSlices() {
-		if (fam == v1.IPv4Protocol) != (s.AddressType == discovery.AddressTypeIPv4) {
-			continue
-		}
-		for _, ep := range s.Endpoints {
-			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
-				out = append(out, ep)
-			}
-		}
-	}
-	return out
-}
-
-// zoneHintsMissZone reports whether every ready endpoint carries zone hints
-// and none of them names zone: the case where hints exist but this zone has
-// no endpoint.
-func (a *analysis) zoneHintsMissZone(fam v1.IPFamily, zone string) bool {
-	eps := a.readyEndpoints(fam)
-	if len(eps) == 0 {
-		return false
-	}
-	for _, ep := range eps {
-		if ep.Hints == nil || len(ep.Hints.ForZones) == 0 {
-			return false
-		}
-		for _, z := range ep.Hints.ForZones {
-			if z.Name == zone {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-func (a *analysis) anyHints(fam v1.IPFamily) bool {
-	for _, ep := range a.readyEndpoints(fam) {
-		if ep.Hints != nil && (len(ep.Hints.ForZones) > 0 || len(ep.Hints.ForNodes) > 0) {
-			return true
-		}
-	}
-	return false
 }

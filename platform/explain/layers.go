@@ -119,13 +119,8 @@ func published(in *Input) Published {
 			out.Ports = append(out.Ports, q)
 		}
 		for _, ep := range s.Endpoints {
-			c := ep.Conditions
-			e := SliceEndpoint{
-				Addresses:   slices.Clone(ep.Addresses),
-				Ready:       c.Ready == nil || *c.Ready,
-				Serving:     c.Serving == nil || *c.Serving,
-				Terminating: c.Terminating != nil && *c.Terminating,
-			}
+			e := SliceEndpoint{Addresses: slices.Clone(ep.Addresses)}
+			e.Ready, e.Serving, e.Terminating = core.EndpointConditions(ep.Conditions)
 			if ep.NodeName != nil {
 				e.Node = *ep.NodeName
 			}
@@ -156,10 +151,7 @@ func sliceIgnored(in *Input, s *discovery.EndpointSlice) string {
 			}
 		}
 	}
-	if _, ok := s.Labels[core.LabelHeadless]; ok {
-		return "labelled " + core.LabelHeadless
-	}
-	return ""
+	return core.IgnoredSlice(s)
 }
 
 // servicePorts returns the computed ports of one Service, sorted by key.
@@ -173,10 +165,7 @@ func servicePorts(in *Input) []*core.ServicePort {
 			out = append(out, sp)
 		}
 	}
-	slices.SortFunc(out, func(a, b *core.ServicePort) int {
-		return cmp.Or(cmp.Compare(a.Key.PortName, b.Key.PortName), cmp.Compare(a.Key.Protocol, b.Key.Protocol),
-			cmp.Compare(a.Key.Family, b.Key.Family))
-	})
+	slices.SortFunc(out, func(a, b *core.ServicePort) int { return a.Key.Compare(b.Key) })
 	return out
 }
 
