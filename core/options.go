@@ -11,9 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// NodePortPrimary is the NodePortAddresses keyword that selects the Node's
+// nodePortPrimary is the NodePortAddresses keyword that selects the Node's
 // primary address of each family (its first InternalIP, else its first ExternalIP).
-const NodePortPrimary = "primary"
+const nodePortPrimary = "primary"
 
 // Validate checks the options before any state is computed, so a bad config
 // file or flag fails at start-up with the field named instead of producing a
@@ -80,12 +80,12 @@ func (o Options) Validate() error {
 // parseNodePortAddress reads one NodePortAddresses entry: the keyword or a CIDR.
 func parseNodePortAddress(s string) (primary bool, p netip.Prefix, err error) {
 	t := strings.TrimSpace(s)
-	if strings.EqualFold(t, NodePortPrimary) {
+	if strings.EqualFold(t, nodePortPrimary) {
 		return true, netip.Prefix{}, nil
 	}
 	p, err = netip.ParsePrefix(t)
 	if err != nil {
-		return false, p, fmt.Errorf("%q is not a CIDR or %q", s, NodePortPrimary)
+		return false, p, fmt.Errorf("%q is not a CIDR or %q", s, nodePortPrimary)
 	}
 	return false, p.Masked(), nil
 }

@@ -71,9 +71,12 @@ type Connection struct {
 	State    string
 }
 
-// BackendConfig is what a Backend constructor needs beyond the NodeState.
-// Fields only one OS reads are grouped and labelled, so both constructors take
-// the same type and cmd/ stays free of build tags.
+// BackendConfig is what cmd/ knows about the data plane beyond the NodeState,
+// on either OS. platform_linux.New takes it as it is; on Windows, cmd/'s
+// newBackend turns it into platform_windows.Config, adding what only that OS
+// has (the HNS handle, the ledger of owned load balancers). Fields only one OS
+// reads are grouped and labelled, so cmd/ fills one type everywhere and stays
+// free of build tags.
 type BackendConfig struct {
 	// NodeName is this node's name, for logs and events.
 	NodeName string

@@ -9,7 +9,6 @@ import (
 
 	"github.com/crossproxy/crossproxy/platform"
 	"github.com/crossproxy/crossproxy/platform/debug"
-	"github.com/crossproxy/crossproxy/platform/manifest"
 )
 
 // runDebug is the optional debug endpoint of `crossproxy run` (off unless
@@ -32,8 +31,8 @@ func addRunDebugFlags(cmd *cobra.Command) *runDebug {
 // runner's syncs and serves until ctx ends. A non-loopback address is an
 // error; a failure to listen later is logged and does not stop the proxy,
 // whose job is the data plane.
-func (d *runDebug) wire(ctx context.Context, next manifest.Sink, backend platform.Backend, runner *platform.Runner,
-	nodeName string, log logrus.FieldLogger) (manifest.Sink, error) {
+func (d *runDebug) wire(ctx context.Context, next platform.ObjectSink, backend platform.Backend, runner *platform.Runner,
+	nodeName string, log logrus.FieldLogger) (platform.ObjectSink, error) {
 	if d == nil || d.address == "" {
 		return next, nil
 	}

@@ -268,7 +268,7 @@ func serve(ctx context.Context, name, addr string, h http.Handler, log logrus.Fi
 
 // follow runs the informers into sink until ctx ends; the first Trigger comes
 // once the initial listing is complete.
-func (rk *runKube) follow(ctx context.Context, ro *runOptions, sink kube.Sink, runner *platform.Runner, log logrus.FieldLogger) error {
+func (rk *runKube) follow(ctx context.Context, ro *runOptions, sink platform.ObjectSink, runner *platform.Runner, log logrus.FieldLogger) error {
 	src := &kube.Source{
 		Client:       rk.client,
 		NodeName:     ro.nodeName,

@@ -30,19 +30,19 @@ import (
 )
 
 const (
-	// KubeProxyGroupVersion is the kube-proxy config API crossproxy reads.
-	KubeProxyGroupVersion = "kubeproxy.config.k8s.io/v1alpha1"
-	// KubeProxyKind is kube-proxy's config kind.
-	KubeProxyKind = "KubeProxyConfiguration"
-	// GroupVersion is crossproxy's own config API.
-	GroupVersion = "crossproxy.io/v1alpha1"
-	// Kind is crossproxy's own config kind.
-	Kind = "CrossproxyConfiguration"
+	// kubeProxyGroupVersion is the kube-proxy config API crossproxy reads.
+	kubeProxyGroupVersion = "kubeproxy.config.k8s.io/v1alpha1"
+	// kubeProxyKind is kube-proxy's config kind.
+	kubeProxyKind = "KubeProxyConfiguration"
+	// groupVersion is crossproxy's own config API.
+	groupVersion = "crossproxy.io/v1alpha1"
+	// ownKind is crossproxy's own config kind.
+	ownKind = "CrossproxyConfiguration"
 
-	// ModeNFTables is the Linux data plane (kube-proxy mode nftables).
-	ModeNFTables = "nftables"
-	// ModeKernelspace is the Windows data plane (kube-proxy mode kernelspace, HNS).
-	ModeKernelspace = "kernelspace"
+	// modeNFTables is the Linux data plane (kube-proxy mode nftables).
+	modeNFTables = "nftables"
+	// modeKernelspace is the Windows data plane (kube-proxy mode kernelspace, HNS).
+	modeKernelspace = "kernelspace"
 
 	defaultHealthzPort = 10256
 	defaultMetricsPort = 10249
@@ -62,7 +62,7 @@ type Config struct {
 	Burst int
 	// HostnameOverride names this node's Node object; empty means the host name.
 	HostnameOverride string
-	// Mode is the data plane: ModeNFTables on Linux, ModeKernelspace on Windows.
+	// Mode is the data plane: "nftables" on Linux, "kernelspace" on Windows.
 	Mode string
 
 	Core    core.Options
@@ -96,14 +96,14 @@ type Ignored struct {
 
 func (i Ignored) String() string { return i.Field + ": " + i.Reason }
 
-// FieldError is an invalid value: the field's path and why it is invalid.
-type FieldError struct {
+// fieldError is an invalid value: the field's path and why it is invalid.
+type fieldError struct {
 	Field  string
 	Value  string
 	Reason string
 }
 
-func (e *FieldError) Error() string {
+func (e *fieldError) Error() string {
 	if e.Value != "" {
 		return fmt.Sprintf("config field %s: %q %s", e.Field, e.Value, e.Reason)
 	}
@@ -131,9 +131,9 @@ func Default(goos string) Config {
 
 func defaultMode(goos string) string {
 	if goos == "windows" {
-		return ModeKernelspace
+		return modeKernelspace
 	}
-	return ModeNFTables
+	return modeNFTables
 }
 
 // Load reads and parses a file for a node running goos.
@@ -165,21 +165,21 @@ func Parse(data []byte, goos string) (Config, error) {
 	}
 	c := Default(goos)
 	switch {
-	case tm.Kind == KubeProxyKind && tm.APIVersion == KubeProxyGroupVersion:
+	case tm.Kind == kubeProxyKind && tm.APIVersion == kubeProxyGroupVersion:
 		var kp kubeProxyConfiguration
 		if err := decodeStrict(js, &kp); err != nil {
 			return Config{}, err
 		}
 		err = kp.apply(&c, goos)
-	case tm.Kind == Kind && tm.APIVersion == GroupVersion:
+	case tm.Kind == ownKind && tm.APIVersion == groupVersion:
 		var own crossproxyConfiguration
 		if err := decodeStrict(js, &own); err != nil {
 			return Config{}, err
 		}
 		err = own.apply(&c, goos)
 	default:
-		return Config{}, &FieldError{Field: "apiVersion/kind", Value: tm.APIVersion + "/" + tm.Kind,
-			Reason: fmt.Sprintf("is not %s/%s or %s/%s", KubeProxyGroupVersion, KubeProxyKind, GroupVersion, Kind)}
+		return Config{}, &fieldError{Field: "apiVersion/kind", Value: tm.APIVersion + "/" + tm.Kind,
+			Reason: fmt.Sprintf("is not %s/%s or %s/%s", kubeProxyGroupVersion, kubeProxyKind, groupVersion, ownKind)}
 	}
 	if err != nil {
 		return Config{}, err
@@ -200,7 +200,7 @@ func decodeStrict(js []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return &FieldError{Field: te.Field, Reason: fmt.Sprintf("must be %s, not a %s", te.Type, te.Value)}
+			return &fieldError{Field: te.Field, Reason: fmt.Sprintf("must be %s, not a %s", te.Type, te.Value)}
 		}
 		return fmt.Errorf("parse config: %w", err)
 	}
@@ -212,58 +212,58 @@ func decodeStrict(js []byte, v any) error {
 func (c *Config) Validate(goos string) error {
 	var errs []error
 	switch c.Mode {
-	case ModeNFTables:
+	case modeNFTables:
 		if goos == "windows" {
-			errs = append(errs, &FieldError{Field: "mode", Value: c.Mode, Reason: "is the Linux data plane; use kernelspace on Windows"})
+			errs = append(errs, &fieldError{Field: "mode", Value: c.Mode, Reason: "is the Linux data plane; use kernelspace on Windows"})
 		}
-	case ModeKernelspace:
+	case modeKernelspace:
 		if goos != "windows" {
-			errs = append(errs, &FieldError{Field: "mode", Value: c.Mode, Reason: "is the Windows (HNS) data plane; use nftables on Linux"})
+			errs = append(errs, &fieldError{Field: "mode", Value: c.Mode, Reason: "is the Windows (HNS) data plane; use nftables on Linux"})
 		}
 	default:
-		errs = append(errs, &FieldError{Field: "mode", Value: c.Mode, Reason: "is not nftables (Linux) or kernelspace (Windows)"})
+		errs = append(errs, &fieldError{Field: "mode", Value: c.Mode, Reason: "is not nftables (Linux) or kernelspace (Windows)"})
 	}
 	if c.Runner.MinSyncPeriod < 0 {
-		errs = append(errs, &FieldError{Field: "minSyncPeriod", Value: c.Runner.MinSyncPeriod.String(), Reason: "must not be negative"})
+		errs = append(errs, &fieldError{Field: "minSyncPeriod", Value: c.Runner.MinSyncPeriod.String(), Reason: "must not be negative"})
 	}
 	if c.Runner.SyncPeriod <= 0 {
-		errs = append(errs, &FieldError{Field: "syncPeriod", Value: c.Runner.SyncPeriod.String(), Reason: "must be greater than 0"})
+		errs = append(errs, &fieldError{Field: "syncPeriod", Value: c.Runner.SyncPeriod.String(), Reason: "must be greater than 0"})
 	} else if c.Runner.MinSyncPeriod > c.Runner.SyncPeriod {
-		errs = append(errs, &FieldError{Field: "minSyncPeriod", Value: c.Runner.MinSyncPeriod.String(), Reason: "must not be longer than syncPeriod " + c.Runner.SyncPeriod.String()})
+		errs = append(errs, &fieldError{Field: "minSyncPeriod", Value: c.Runner.MinSyncPeriod.String(), Reason: "must not be longer than syncPeriod " + c.Runner.SyncPeriod.String()})
 	}
 	if c.Runner.FullSyncPeriod < 0 {
-		errs = append(errs, &FieldError{Field: "fullSyncPeriod", Value: c.Runner.FullSyncPeriod.String(), Reason: "must not be negative"})
+		errs = append(errs, &fieldError{Field: "fullSyncPeriod", Value: c.Runner.FullSyncPeriod.String(), Reason: "must not be negative"})
 	}
 	if c.ConfigSyncPeriod < 0 {
-		errs = append(errs, &FieldError{Field: "configSyncPeriod", Value: c.ConfigSyncPeriod.String(), Reason: "must not be negative"})
+		errs = append(errs, &fieldError{Field: "configSyncPeriod", Value: c.ConfigSyncPeriod.String(), Reason: "must not be negative"})
 	}
 	for field, addr := range map[string]string{"healthzBindAddress": c.HealthzBindAddress, "metricsBindAddress": c.MetricsBindAddress} {
 		if addr == "" {
 			continue
 		}
 		if err := checkHostPort(addr); err != nil {
-			errs = append(errs, &FieldError{Field: field, Value: addr, Reason: err.Error()})
+			errs = append(errs, &fieldError{Field: field, Value: addr, Reason: err.Error()})
 		}
 	}
 	switch c.LogFormat {
 	case "text", "json":
 	default:
-		errs = append(errs, &FieldError{Field: "logging.format", Value: c.LogFormat, Reason: "is not text or json"})
+		errs = append(errs, &fieldError{Field: "logging.format", Value: c.LogFormat, Reason: "is not text or json"})
 	}
 	switch c.LogLevel {
 	case "trace", "debug", "info", "warn", "warning", "error":
 	default:
-		errs = append(errs, &FieldError{Field: "logging.level", Value: c.LogLevel, Reason: "is not trace, debug, info, warn or error"})
+		errs = append(errs, &fieldError{Field: "logging.level", Value: c.LogLevel, Reason: "is not trace, debug, info, warn or error"})
 	}
 	if c.QPS < 0 {
-		errs = append(errs, &FieldError{Field: "clientConnection.qps", Reason: "must not be negative"})
+		errs = append(errs, &fieldError{Field: "clientConnection.qps", Reason: "must not be negative"})
 	}
 	if c.Burst < 0 {
-		errs = append(errs, &FieldError{Field: "clientConnection.burst", Reason: "must not be negative"})
+		errs = append(errs, &fieldError{Field: "clientConnection.burst", Reason: "must not be negative"})
 	}
 	if c.Backend.SourceVIP != "" {
 		if _, err := netip.ParseAddr(c.Backend.SourceVIP); err != nil {
-			errs = append(errs, &FieldError{Field: "winkernel.sourceVip", Value: c.Backend.SourceVIP, Reason: "is not an IP address"})
+			errs = append(errs, &fieldError{Field: "winkernel.sourceVip", Value: c.Backend.SourceVIP, Reason: "is not an IP address"})
 		}
 	}
 	if err := c.Core.Validate(); err != nil {
@@ -304,7 +304,7 @@ func bindAddress(field, v, def string, defPort int) (string, error) {
 	if a, err := netip.ParseAddr(v); err == nil {
 		return netip.AddrPortFrom(a, uint16(defPort)).String(), nil
 	}
-	return "", &FieldError{Field: field, Value: v, Reason: "is not an IP or host:port"}
+	return "", &fieldError{Field: field, Value: v, Reason: "is not an IP or host:port"}
 }
 
 // duration is a Go duration string ("30s") that reports its field when invalid.
@@ -318,7 +318,7 @@ func (d duration) parse(field string) (time.Duration, bool, error) {
 	}
 	v, err := time.ParseDuration(string(d))
 	if err != nil {
-		return 0, false, &FieldError{Field: field, Value: string(d), Reason: "is not a duration such as 30s or 1m"}
+		return 0, false, &fieldError{Field: field, Value: string(d), Reason: "is not a duration such as 30s or 1m"}
 	}
 	return v, v != 0, nil
 }
@@ -393,7 +393,7 @@ func parseCIDRs(field, v string) ([]netip.Prefix, error) {
 		}
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return nil, &FieldError{Field: fmt.Sprintf("%s[%d]", field, i), Value: s, Reason: "is not a CIDR"}
+			return nil, &fieldError{Field: fmt.Sprintf("%s[%d]", field, i), Value: s, Reason: "is not a CIDR"}
 		}
 		out = append(out, p.Masked())
 	}
@@ -413,7 +413,7 @@ func setLocalDetect(c *Config, mode string, cidrs []netip.Prefix, bridge, prefix
 		m = core.LocalDetectClusterCIDR
 	case core.LocalDetectClusterCIDR, core.LocalDetectNodeCIDR, core.LocalDetectBridgeInterface, core.LocalDetectInterfaceNamePrefix, core.LocalDetectNone:
 	default:
-		return &FieldError{Field: "detectLocalMode", Value: mode, Reason: "is not ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix or None"}
+		return &fieldError{Field: "detectLocalMode", Value: mode, Reason: "is not ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix or None"}
 	}
 	if m == core.LocalDetectClusterCIDR && len(cidrs) == 0 {
 		if mode != "" {
@@ -422,18 +422,18 @@ func setLocalDetect(c *Config, mode string, cidrs []netip.Prefix, bridge, prefix
 		m = core.LocalDetectNone
 	}
 	if m == core.LocalDetectBridgeInterface && bridge == "" {
-		return &FieldError{Field: "detectLocal.bridgeInterface", Reason: "is required by detectLocalMode BridgeInterface"}
+		return &fieldError{Field: "detectLocal.bridgeInterface", Reason: "is required by detectLocalMode BridgeInterface"}
 	}
 	if m == core.LocalDetectInterfaceNamePrefix && prefix == "" {
-		return &FieldError{Field: "detectLocal.interfaceNamePrefix", Reason: "is required by detectLocalMode InterfaceNamePrefix"}
+		return &fieldError{Field: "detectLocal.interfaceNamePrefix", Reason: "is required by detectLocalMode InterfaceNamePrefix"}
 	}
 	// Linux interface names have at most 15 bytes (IFNAMSIZ less its NUL): a
 	// longer one can never match, so every packet would count as off-cluster.
 	if m == core.LocalDetectBridgeInterface && len(bridge) > maxIfName {
-		return &FieldError{Field: "detectLocal.bridgeInterface", Value: bridge, Reason: fmt.Sprintf("is longer than the %d bytes of an interface name", maxIfName)}
+		return &fieldError{Field: "detectLocal.bridgeInterface", Value: bridge, Reason: fmt.Sprintf("is longer than the %d bytes of an interface name", maxIfName)}
 	}
 	if m == core.LocalDetectInterfaceNamePrefix && len(prefix) > maxIfName {
-		return &FieldError{Field: "detectLocal.interfaceNamePrefix", Value: prefix, Reason: fmt.Sprintf("is longer than the %d bytes of an interface name", maxIfName)}
+		return &fieldError{Field: "detectLocal.interfaceNamePrefix", Value: prefix, Reason: fmt.Sprintf("is longer than the %d bytes of an interface name", maxIfName)}
 	}
 	c.Core.LocalDetect = core.LocalDetect{Mode: m, CIDRs: cidrs, BridgeInterface: bridge, InterfaceNamePrefix: prefix}
 	return nil

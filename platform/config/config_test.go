@@ -20,7 +20,7 @@ func TestKubeadmKubeProxyConfigMapLoadsAsIs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Kind != KubeProxyKind || c.Mode != ModeNFTables {
+	if c.Kind != kubeProxyKind || c.Mode != modeNFTables {
 		t.Fatalf("kind %q mode %q", c.Kind, c.Mode)
 	}
 	if c.Kubeconfig != "/var/lib/kube-proxy/kubeconfig.conf" {
@@ -59,7 +59,7 @@ func TestWindowsKubeProxyConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Mode != ModeKernelspace || c.HostnameOverride != "win-node-1" {
+	if c.Mode != modeKernelspace || c.HostnameOverride != "win-node-1" {
 		t.Fatalf("mode %q host %q", c.Mode, c.HostnameOverride)
 	}
 	b := c.Backend
@@ -85,7 +85,7 @@ func TestWindowsKubeProxyConfig(t *testing.T) {
 	}
 	// The same file on Linux is refused by mode, with the field named.
 	_, err = Load("testdata/windows-kube-proxy.yaml", "linux")
-	var fe *FieldError
+	var fe *fieldError
 	if !errors.As(err, &fe) || fe.Field != "mode" {
 		t.Fatalf("kernelspace on linux: %v", err)
 	}
@@ -132,10 +132,10 @@ func TestDefaults(t *testing.T) {
 	if err := c.Validate("linux"); err != nil {
 		t.Fatal(err)
 	}
-	if c.Mode != ModeNFTables || c.Runner.SyncPeriod != 30*time.Second || c.Runner.MinSyncPeriod != time.Second {
+	if c.Mode != modeNFTables || c.Runner.SyncPeriod != 30*time.Second || c.Runner.MinSyncPeriod != time.Second {
 		t.Errorf("defaults %+v", c)
 	}
-	if Default("windows").Mode != ModeKernelspace {
+	if Default("windows").Mode != modeKernelspace {
 		t.Errorf("windows default mode")
 	}
 }
@@ -170,7 +170,7 @@ func TestInvalidValuesNameTheField(t *testing.T) {
 			t.Errorf("%q: accepted", tc.doc)
 			continue
 		}
-		var fe *FieldError
+		var fe *fieldError
 		if !errors.As(err, &fe) || fe.Field != tc.field {
 			t.Errorf("%q: error %v does not name field %s", tc.doc, err, tc.field)
 		}

@@ -107,12 +107,12 @@ func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
 
 	switch k.Mode {
 	case "":
-	case ModeNFTables, ModeKernelspace:
+	case modeNFTables, modeKernelspace:
 		c.Mode = k.Mode
 	case "iptables", "ipvs":
-		return &FieldError{Field: "mode", Value: k.Mode, Reason: "is not a crossproxy data plane; crossproxy programs nftables on Linux (mode nftables) and HNS on Windows (mode kernelspace)"}
+		return &fieldError{Field: "mode", Value: k.Mode, Reason: "is not a crossproxy data plane; crossproxy programs nftables on Linux (mode nftables) and HNS on Windows (mode kernelspace)"}
 	default:
-		return &FieldError{Field: "mode", Value: k.Mode, Reason: "is not nftables (Linux) or kernelspace (Windows)"}
+		return &fieldError{Field: "mode", Value: k.Mode, Reason: "is not nftables (Linux) or kernelspace (Windows)"}
 	}
 
 	cc := k.ClientConnection
@@ -136,7 +136,7 @@ func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
 	if k.BindAddress != "" {
 		a, err := netip.ParseAddr(k.BindAddress)
 		if err != nil {
-			return &FieldError{Field: "bindAddress", Value: k.BindAddress, Reason: "is not an IP address"}
+			return &fieldError{Field: "bindAddress", Value: k.BindAddress, Reason: "is not an IP address"}
 		}
 		// As kube-proxy: an IPv6 bindAddress makes IPv6 the primary family,
 		// and the health and metrics servers listen on IPv6 by default.
@@ -166,7 +166,7 @@ func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
 	// otherwise (also for an empty mode, which kube-proxy runs as iptables).
 	sec := "iptables"
 	syncP, minSyncP, masq := k.IPTables.SyncPeriod, k.IPTables.MinSyncPeriod, k.IPTables.MasqueradeAll
-	if k.Mode == ModeNFTables {
+	if k.Mode == modeNFTables {
 		sec = "nftables"
 		syncP, minSyncP, masq = k.NFTables.SyncPeriod, k.NFTables.MinSyncPeriod, k.NFTables.MasqueradeAll
 	}

@@ -61,7 +61,7 @@ func (o *crossproxyConfiguration) apply(c *Config, goos string) error {
 		for i, f := range o.IPFamilies {
 			fam, err := parseFamily(f)
 			if err != nil {
-				return &FieldError{Field: fmt.Sprintf("ipFamilies[%d]", i), Value: f, Reason: err.Error()}
+				return &fieldError{Field: fmt.Sprintf("ipFamilies[%d]", i), Value: f, Reason: err.Error()}
 			}
 			c.Core.IPFamilies = append(c.Core.IPFamilies, fam)
 		}

@@ -174,7 +174,7 @@ func TestHandlerServesTheProxysView(t *testing.T) {
 		t.Fatalf("programmed: %+v", rep.Programmed)
 	}
 
-	resp, err := http.Get(base + ExplainPath + "?service=default/web&output=text")
+	resp, err := http.Get(base + explainPath + "?service=default/web&output=text")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,9 +26,9 @@ import (
 // kubelet's and control plane's well-known ports.
 const DefaultAddress = "127.0.0.1:10253"
 
-// ExplainPath serves one Service's explain report: ?service=NAMESPACE/NAME,
+// explainPath serves one Service's explain report: ?service=NAMESPACE/NAME,
 // &output=text for text instead of JSON.
-const ExplainPath = "/debug/explain"
+const explainPath = "/debug/explain"
 
 // StatePath serves the whole computed NodeState of the last successful sync as JSON.
 const StatePath = "/debug/state"
@@ -113,14 +113,14 @@ func (h *Handler) Report(ctx context.Context, svc types.NamespacedName) *explain
 	return explain.Build(in)
 }
 
-// ServeHTTP answers ExplainPath and StatePath; anything else gets a short index.
+// ServeHTTP answers explainPath and StatePath; anything else gets a short index.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		http.Error(w, "only GET", http.StatusMethodNotAllowed)
 		return
 	}
 	switch r.URL.Path {
-	case ExplainPath:
+	case explainPath:
 		h.serveExplain(w, r)
 	case StatePath:
 		st, id, done := h.lastState()
@@ -138,7 +138,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	default:
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintf(w, "crossproxy debug endpoint of node %s\n  %s?service=NAMESPACE/NAME[&output=text]\n  %s\n", h.NodeName, ExplainPath, StatePath)
+		fmt.Fprintf(w, "crossproxy debug endpoint of node %s\n  %s?service=NAMESPACE/NAME[&output=text]\n  %s\n", h.NodeName, explainPath, StatePath)
 	}
 }
 
@@ -227,7 +227,7 @@ func Serve(ctx context.Context, addr string, h http.Handler, log logrus.FieldLog
 // Fetch asks a running proxy's debug endpoint (base such as
 // http://127.0.0.1:10253) for the explain report of svc.
 func Fetch(ctx context.Context, base string, svc types.NamespacedName) (*explain.Report, error) {
-	u, err := url.Parse(strings.TrimRight(base, "/") + ExplainPath)
+	u, err := url.Parse(strings.TrimRight(base, "/") + explainPath)
 	if err != nil {
 		return nil, fmt.Errorf("debug URL %q: %w", base, err)
 	}

@@ -15,15 +15,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/crossproxy/crossproxy/platform/manifest"
+	"github.com/crossproxy/crossproxy/platform"
 )
 
-// Store (a manifest.Sink itself) sits between an object source (informers, the manifest watcher) and
+// Store (a platform.ObjectSink itself) sits between an object source (informers, the manifest watcher) and
 // the tracker: it forwards every change and keeps the latest Service and
 // EndpointSlice objects, so the debug endpoint shows layers 1 and 2 exactly as
 // the proxy received them. Objects are shared, never modified.
 type Store struct {
-	next manifest.Sink
+	next platform.ObjectSink
 
 	mu       sync.RWMutex
 	node     *v1.Node
@@ -32,7 +32,7 @@ type Store struct {
 }
 
 // NewStore returns a Store that forwards to next.
-func NewStore(next manifest.Sink) *Store {
+func NewStore(next platform.ObjectSink) *Store {
 	return &Store{
 		next:     next,
 		services: map[types.NamespacedName]*v1.Service{},

@@ -16,9 +16,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// ToBeDeletedTaint is the taint the cluster autoscaler puts on a node it is
+// toBeDeletedTaint is the taint the cluster autoscaler puts on a node it is
 // about to remove; kube-proxy reports such a node not eligible for traffic.
-const ToBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
+const toBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
 
 // Status tracks when the data plane was last updated and how long the oldest
 // pending update has waited. It is safe for concurrent use.
@@ -108,7 +108,7 @@ func (s *Status) NodeEligible() bool {
 		return false
 	}
 	for _, t := range s.node.Spec.Taints {
-		if t.Key == ToBeDeletedTaint {
+		if t.Key == toBeDeletedTaint {
 			return false
 		}
 	}

@@ -94,7 +94,7 @@ func TestHealthzFailsWhileNodeGoesAway(t *testing.T) {
 	if code, _ := get(t, h, "/livez"); code != 200 {
 		t.Fatalf("node deleting: livez %d, want 200 (liveness ignores the node)", code)
 	}
-	s.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: v1.NodeSpec{Taints: []v1.Taint{{Key: ToBeDeletedTaint, Effect: v1.TaintEffectNoSchedule}}}})
+	s.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: v1.NodeSpec{Taints: []v1.Taint{{Key: toBeDeletedTaint, Effect: v1.TaintEffectNoSchedule}}}})
 	if code, _ := get(t, h, "/healthz"); code != 503 {
 		t.Fatalf("node tainted for deletion: healthz %d", code)
 	}

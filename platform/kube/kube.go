@@ -33,9 +33,6 @@ import (
 	"github.com/crossproxy/crossproxy/platform"
 )
 
-// Sink receives object changes; core.Tracker satisfies it.
-type Sink = platform.ObjectSink
-
 // Source runs the informers of one node.
 type Source struct {
 	Client   kubernetes.Interface
@@ -43,7 +40,7 @@ type Source struct {
 	// ProxyName is the service.kubernetes.io/service-proxy-name this proxy
 	// serves (core.Options.ProxyName); other proxies' objects are not listed.
 	ProxyName string
-	Sink      Sink
+	Sink      platform.ObjectSink
 	// OnChange is called after a change reached the Sink, once the initial
 	// listing is complete (the sync loop's Trigger). It is called once when
 	// the initial listing completes, so the first sync sees everything.

@@ -18,9 +18,6 @@ import (
 	"github.com/crossproxy/crossproxy/platform"
 )
 
-// Sink receives object changes; core.Tracker satisfies it.
-type Sink = platform.ObjectSink
-
 // Watcher follows a set of manifest files and feeds their changes to a Sink,
 // standing in for the API server in standalone mode (labs, end-to-end tests).
 // It polls: manifests are small and polling needs no extra dependency.
@@ -30,7 +27,7 @@ type Watcher struct {
 	Paths    []string
 	NodeName string
 	Interval time.Duration
-	Sink     Sink
+	Sink     platform.ObjectSink
 	Log      logrus.FieldLogger
 	// OnChange is called after changes were fed to the Sink (the runner's Trigger).
 	OnChange func()
