@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -116,11 +117,18 @@ func (ro *runOptions) setup() error {
 	return nil
 }
 
-// run starts the source, the backend and the sync loop, and blocks until ctx ends.
+// run starts the source, the backend and the sync loop, and blocks until ctx
+// ends. It returns only after every goroutine it started (servers, the
+// manifest watcher) has stopped, so nothing still touches the tracker, the
+// backend or a port when it returns.
 func (ro *runOptions) run(ctx context.Context) error {
 	if err := ro.setup(); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // runs first: an early return stops what was started
 	log := ro.logger.WithField("node", ro.nodeName)
 	tracker, err := core.NewTracker(ro.resolvedCore)
 	if err != nil {
@@ -158,14 +166,14 @@ func (ro *runOptions) run(ctx context.Context) error {
 	})
 
 	// The debug endpoint, when enabled, records the objects on their way to the tracker.
-	sink, err := ro.debug.wire(ctx, tracker, backend, runner, ro.nodeName, log)
+	sink, err := ro.debug.wire(ctx, &wg, tracker, backend, runner, ro.nodeName, log)
 	if err != nil {
 		return err
 	}
 
 	hc := &health.NodePorts{Log: log}
 	defer hc.Close()
-	if err := ro.kube.observe(ctx, runner, hc, log); err != nil {
+	if err := ro.kube.observe(ctx, &wg, runner, hc, log); err != nil {
 		return err
 	}
 	if len(ro.manifests) == 0 {
@@ -185,7 +193,7 @@ func (ro *runOptions) run(ctx context.Context) error {
 	log.WithField("manifests", ro.manifests).Info("standalone mode: following manifest files")
 	// The manifests name the node; there is no Node object to watch for deletion.
 	ro.kube.status.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: ro.nodeName}})
-	go w.Run(ctx)
+	wg.Go(func() { w.Run(ctx) })
 	return runner.Run(ctx)
 }
 

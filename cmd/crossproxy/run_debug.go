@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
@@ -28,10 +29,10 @@ func addRunDebugFlags(cmd *cobra.Command) *runDebug {
 
 // wire returns the sink the object sources must feed: next itself when the
 // endpoint is off, else a debug.Store in front of it. When on, it records the
-// runner's syncs and serves until ctx ends. A non-loopback address is an
-// error; a failure to listen later is logged and does not stop the proxy,
-// whose job is the data plane.
-func (d *runDebug) wire(ctx context.Context, next platform.ObjectSink, backend platform.Backend, runner *platform.Runner,
+// runner's syncs and serves on a goroutine of wg until ctx ends. A
+// non-loopback address is an error; a failure to listen later is logged and
+// does not stop the proxy, whose job is the data plane.
+func (d *runDebug) wire(ctx context.Context, wg *sync.WaitGroup, next platform.ObjectSink, backend platform.Backend, runner *platform.Runner,
 	nodeName string, log logrus.FieldLogger) (platform.ObjectSink, error) {
 	if d == nil || d.address == "" {
 		return next, nil
@@ -42,10 +43,10 @@ func (d *runDebug) wire(ctx context.Context, next platform.ObjectSink, backend p
 	store := debug.NewStore(next)
 	h := &debug.Handler{NodeName: nodeName, Objects: store, Backend: backend, Log: log}
 	runner.OnSync(h.Observe)
-	go func() {
+	wg.Go(func() {
 		if err := debug.Serve(ctx, d.address, h, log, nil); err != nil {
 			log.WithError(err).Error("debug endpoint stopped")
 		}
-	}()
+	})
 	return store, nil
 }

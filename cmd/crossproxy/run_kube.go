@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -205,10 +205,10 @@ func (rk *runKube) connect(ro *runOptions, log logrus.FieldLogger) error {
 	return nil
 }
 
-// observe attaches health and metrics to the runner and starts their servers.
-// A server that cannot listen stops the start: an operator who configured a
-// probe port relies on it.
-func (rk *runKube) observe(ctx context.Context, runner *platform.Runner, hc *health.NodePorts, log logrus.FieldLogger) error {
+// observe attaches health and metrics to the runner and starts their servers,
+// which serve until ctx ends; wg waits for them. A server that cannot listen
+// stops the start: an operator who configured a probe port relies on it.
+func (rk *runKube) observe(ctx context.Context, wg *sync.WaitGroup, runner *platform.Runner, hc *health.NodePorts, log logrus.FieldLogger) error {
 	rk.status = health.NewStatus(2 * runner.Config().SyncPeriod)
 	rk.metrics = metrics.New()
 	if hc != nil {
@@ -227,7 +227,7 @@ func (rk *runKube) observe(ctx context.Context, runner *platform.Runner, hc *hea
 		}
 		rk.status.Updated(res.Start.Add(res.Duration))
 		if hc != nil {
-			if err := hc.Sync(res.State.HealthChecks); err != nil {
+			if err := hc.SyncState(res.State); err != nil {
 				log.WithError(err).WithField("sync", res.ID).Warn("health-check node ports")
 			}
 		}
@@ -235,16 +235,17 @@ func (rk *runKube) observe(ctx context.Context, runner *platform.Runner, hc *hea
 			rk.events.Problems(res.State.Problems)
 		}
 	})
-	if err := serve(ctx, "healthz", rk.cfg.HealthzBindAddress, rk.status.Handler(), log); err != nil {
+	if err := serve(ctx, wg, "healthz", rk.cfg.HealthzBindAddress, rk.status.Handler(), log); err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", rk.metrics.Handler())
-	return serve(ctx, "metrics", rk.cfg.MetricsBindAddress, mux, log)
+	return serve(ctx, wg, "metrics", rk.cfg.MetricsBindAddress, mux, log)
 }
 
-// serve listens on addr (nothing when empty) and serves h until ctx ends.
-func serve(ctx context.Context, name, addr string, h http.Handler, log logrus.FieldLogger) error {
+// serve listens on addr (nothing when empty) and serves h on a goroutine of
+// wg until ctx ends (platform.ServeHTTP).
+func serve(ctx context.Context, wg *sync.WaitGroup, name, addr string, h http.Handler, log logrus.FieldLogger) error {
 	if addr == "" {
 		return nil
 	}
@@ -252,17 +253,12 @@ func serve(ctx context.Context, name, addr string, h http.Handler, log logrus.Fi
 	if err != nil {
 		return fmt.Errorf("%s server on %s: %w", name, addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	log.WithField("address", l.Addr().String()).Infof("serving %s", name)
+	wg.Go(func() {
+		if err := platform.ServeHTTP(ctx, l, h); err != nil {
 			log.WithError(err).Errorf("%s server stopped", name)
 		}
-	}()
-	log.WithField("address", l.Addr().String()).Infof("serving %s", name)
+	})
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,9 +53,11 @@ func TestObserveReportsFailingSyncs(t *testing.T) {
 	runner := platform.NewRunner(platform.RunnerConfig{MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: 100 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}, tracker, backend, log)
 	rk := &runKube{cfg: config.Default("linux")}
 	rk.cfg.HealthzBindAddress, rk.cfg.MetricsBindAddress = "", ""
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := rk.observe(ctx, runner, nil, log); err != nil {
+	if err := rk.observe(ctx, &wg, runner, nil, log); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -109,7 +112,8 @@ func TestObserveWiresProxyHealthIntoNodePorts(t *testing.T) {
 	rk := &runKube{cfg: config.Default("linux")}
 	rk.cfg.HealthzBindAddress, rk.cfg.MetricsBindAddress = "", ""
 	hc := &health.NodePorts{Log: log}
-	if err := rk.observe(context.Background(), runner, hc, log); err != nil {
+	var wg sync.WaitGroup // no server: both bind addresses are empty
+	if err := rk.observe(context.Background(), &wg, runner, hc, log); err != nil {
 		t.Fatal(err)
 	}
 	if hc.ProxyHealthy == nil {

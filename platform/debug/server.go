@@ -206,22 +206,11 @@ func Serve(ctx context.Context, addr string, h http.Handler, log logrus.FieldLog
 	if ready != nil {
 		ready(lis.Addr())
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
 	log.WithField("address", lis.Addr().String()).Info("debug endpoint listening")
-	err = srv.Serve(lis)
-	<-done
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
+	if err := platform.ServeHTTP(ctx, lis, h); err != nil {
+		return fmt.Errorf("debug endpoint: serve: %w", err)
 	}
-	return fmt.Errorf("debug endpoint: serve: %w", err)
+	return nil
 }
 
 // Fetch asks a running proxy's debug endpoint (base such as

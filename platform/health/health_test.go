@@ -138,14 +138,16 @@ func probe(t *testing.T, port uint16) (int, string, hcBody) {
 	return resp.StatusCode, resp.Header.Get("X-Load-Balancing-Endpoint-Weight"), b
 }
 
+var loopback = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+
 func TestNodePortsServeLocalEndpointCount(t *testing.T) {
 	healthy := true
-	n := &NodePorts{Addresses: []netip.Addr{netip.MustParseAddr("127.0.0.1")}, ProxyHealthy: func() bool { return healthy }}
+	n := &NodePorts{ProxyHealthy: func() bool { return healthy }}
 	defer n.Close()
 	p1, p2 := freePort(t), freePort(t)
 	web := types.NamespacedName{Namespace: "ns", Name: "web"}
 	db := types.NamespacedName{Namespace: "ns", Name: "db"}
-	if err := n.Sync([]core.HealthCheck{{Service: web, NodePort: p1, LocalEndpoints: 2}, {Service: db, NodePort: p2}}); err != nil {
+	if err := n.Sync([]core.HealthCheck{{Service: web, NodePort: p1, LocalEndpoints: 2}, {Service: db, NodePort: p2}}, loopback); err != nil {
 		t.Fatal(err)
 	}
 	code, weight, body := probe(t, p1)
@@ -162,7 +164,7 @@ func TestNodePortsServeLocalEndpointCount(t *testing.T) {
 	healthy = true
 
 	// Counts update in place; removed ports close.
-	if err := n.Sync([]core.HealthCheck{{Service: db, NodePort: p2, LocalEndpoints: 1}}); err != nil {
+	if err := n.Sync([]core.HealthCheck{{Service: db, NodePort: p2, LocalEndpoints: 1}}, loopback); err != nil {
 		t.Fatal(err)
 	}
 	if code, weight, _ := probe(t, p2); code != 200 || weight != "1" {
@@ -184,10 +186,10 @@ func TestNodePortsReportBusyPort(t *testing.T) {
 	defer l.Close()
 	busy := uint16(l.Addr().(*net.TCPAddr).Port)
 	free := freePort(t)
-	n := &NodePorts{Addresses: []netip.Addr{netip.MustParseAddr("127.0.0.1")}}
+	n := &NodePorts{}
 	defer n.Close()
 	svc := types.NamespacedName{Namespace: "ns", Name: "busy"}
-	err = n.Sync([]core.HealthCheck{{Service: svc, NodePort: busy, LocalEndpoints: 1}, {Service: types.NamespacedName{Namespace: "ns", Name: "ok"}, NodePort: free, LocalEndpoints: 1}})
+	err = n.Sync([]core.HealthCheck{{Service: svc, NodePort: busy, LocalEndpoints: 1}, {Service: types.NamespacedName{Namespace: "ns", Name: "ok"}, NodePort: free, LocalEndpoints: 1}}, loopback)
 	if err == nil {
 		t.Fatal("busy port: no error")
 	}

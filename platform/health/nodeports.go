@@ -7,14 +7,15 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/sirupsen/logrus"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/platform"
 )
 
 // NodePorts serves the health-check node ports of LoadBalancer Services with
@@ -23,34 +24,57 @@ import (
 // traffic only to nodes that can serve it without a second hop. The response
 // carries kube-proxy's JSON body and its X-Load-Balancing-Endpoint-Weight
 // header (the local endpoint count).
+//
+// As kube-proxy does, the ports listen only on the node's NodePort addresses
+// (core.NodeState.NodePortAddresses), not on every address of the host, so
+// nodePortAddresses limits what the node answers on for health checks too.
 type NodePorts struct {
-	// Addresses to listen on; empty means every address of the host.
-	Addresses []netip.Addr
 	// ProxyHealthy reports the proxy's own liveness (Status.Live().Healthy);
 	// nil counts as healthy.
 	ProxyHealthy func() bool
 	Log          logrus.FieldLogger
 
 	mu      sync.Mutex
+	addrs   []netip.Addr // what the open ports listen on
 	servers map[uint16]*checkServer
 }
 
-// checkServer answers on one node port for one Service.
+// checkServer answers on one node port for one Service, one listener per address.
 type checkServer struct {
-	mu      sync.Mutex
-	svc     types.NamespacedName
-	count   int
-	servers []*http.Server
+	mu    sync.Mutex
+	svc   types.NamespacedName
+	count int
+	// stop ends the servers; done waits until they have stopped.
+	stop context.CancelFunc
+	done sync.WaitGroup
 }
 
-// Sync makes the served ports match checks (core.NodeState.HealthChecks):
-// new ports are opened, gone ones closed, counts updated. A port that cannot
-// be opened is reported in the returned error and the others still serve.
-func (n *NodePorts) Sync(checks []core.HealthCheck) error {
+// SyncState is Sync with a NodeState's health checks and NodePort addresses.
+func (n *NodePorts) SyncState(st *core.NodeState) error {
+	var addrs []netip.Addr
+	for _, f := range st.Families {
+		addrs = append(addrs, st.NodePortAddresses[f]...)
+	}
+	return n.Sync(st.HealthChecks, addrs)
+}
+
+// Sync makes the served ports match checks (core.NodeState.HealthChecks),
+// each listening on addrs (the NodePort addresses): new ports are opened,
+// gone ones closed, counts updated; when addrs changed, every port is opened
+// again on the new ones. A port that cannot be opened is reported in the
+// returned error and the others still serve.
+func (n *NodePorts) Sync(checks []core.HealthCheck, addrs []netip.Addr) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.servers == nil {
 		n.servers = map[uint16]*checkServer{}
+	}
+	addrs = slices.Clone(addrs)
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	addrs = slices.Compact(addrs)
+	if !slices.Equal(addrs, n.addrs) {
+		n.closeAll()
+		n.addrs = addrs
 	}
 	want := map[uint16]core.HealthCheck{}
 	for _, hc := range checks {
@@ -65,6 +89,9 @@ func (n *NodePorts) Sync(checks []core.HealthCheck) error {
 		}
 	}
 	var errs []error
+	if len(want) > 0 && len(n.addrs) == 0 {
+		return fmt.Errorf("health-check node ports: no NodePort address to listen on for %d ports", len(want))
+	}
 	for port, hc := range want {
 		s, ok := n.servers[port]
 		if !ok {
@@ -94,10 +121,14 @@ func (n *NodePorts) Ports() map[uint16]types.NamespacedName {
 	return out
 }
 
-// Close stops every health-check server.
+// Close stops every health-check server and waits until they have stopped.
 func (n *NodePorts) Close() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.closeAll()
+}
+
+func (n *NodePorts) closeAll() {
 	for port, s := range n.servers {
 		s.close()
 		delete(n.servers, port)
@@ -105,28 +136,21 @@ func (n *NodePorts) Close() {
 }
 
 func (n *NodePorts) open(port uint16, svc types.NamespacedName) (*checkServer, error) {
-	s := &checkServer{svc: svc}
-	addrs := []string{""}
-	if len(n.Addresses) > 0 {
-		addrs = addrs[:0]
-		for _, a := range n.Addresses {
-			addrs = append(addrs, a.String())
-		}
-	}
-	for _, a := range addrs {
-		addr := net.JoinHostPort(a, strconv.Itoa(int(port)))
+	ctx, stop := context.WithCancel(context.Background())
+	s := &checkServer{svc: svc, stop: stop}
+	h := http.HandlerFunc(n.handler(s))
+	for _, a := range n.addrs {
+		addr := netip.AddrPortFrom(a, port).String()
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			s.close()
 			return nil, fmt.Errorf("open health-check node port %s for service %s: %w", addr, svc, err)
 		}
-		srv := &http.Server{Handler: http.HandlerFunc(n.handler(s)), ReadHeaderTimeout: 5 * time.Second}
-		s.servers = append(s.servers, srv)
-		go func() {
-			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) && n.Log != nil {
+		s.done.Go(func() {
+			if err := platform.ServeHTTP(ctx, l, h); err != nil && n.Log != nil {
 				n.Log.WithError(err).WithField("service", svc.String()).Warn("health-check node port stopped")
 			}
-		}()
+		})
 	}
 	if n.Log != nil {
 		n.Log.WithFields(logrus.Fields{"service": svc.String(), "port": port}).Info("serving health-check node port")
@@ -154,10 +178,6 @@ func (n *NodePorts) handler(s *checkServer) func(http.ResponseWriter, *http.Requ
 }
 
 func (s *checkServer) close() {
-	for _, srv := range s.servers {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = srv.Shutdown(ctx)
-		cancel()
-	}
-	s.servers = nil
+	s.stop()
+	s.done.Wait()
 }
