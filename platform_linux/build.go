@@ -402,11 +402,19 @@ func BuildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *Por
 			Port: p.NodePort, Chain: ext, Comment: string(core.FrontendNodePort)})
 	}
 
-	seen := map[netip.Addr]bool{}
+	// Local endpoints are normally also cluster endpoints: count the
+	// distinct addresses first so the slice the backend keeps is exact.
+	seen := make(map[netip.Addr]bool, len(p.ClusterEndpoints)+len(p.LocalEndpoints))
 	for _, set := range [][]core.Endpoint{p.ClusterEndpoints, p.LocalEndpoints} {
 		for _, ep := range set {
-			if !seen[ep.Addr] {
-				seen[ep.Addr] = true
+			seen[ep.Addr] = true
+		}
+	}
+	b.o.Endpoints = make([]netip.Addr, 0, len(seen))
+	for _, set := range [][]core.Endpoint{p.ClusterEndpoints, p.LocalEndpoints} {
+		for _, ep := range set {
+			if seen[ep.Addr] {
+				delete(seen, ep.Addr)
 				b.o.Endpoints = append(b.o.Endpoints, ep.Addr)
 			}
 		}
@@ -426,9 +434,12 @@ func (b *portBuilder) body(eps []core.Endpoint, empty core.Verdict) []Rule {
 		}
 		return []Rule{{Verdict{Kind: "goto", Chain: chainReject}}}
 	}
-	var rules []Rule
+	// One rule per endpoint (two with affinity), each sized exactly: at
+	// 100,000 Services these rules are most of what the backend keeps.
+	rules := make([]Rule, 0, len(eps))
 	var sets []string
 	if b.p.Affinity.ClientIP {
+		rules = make([]Rule, 0, 2*len(eps))
 		timeout := time.Duration(b.p.Affinity.TimeoutSeconds) * time.Second
 		if timeout <= 0 {
 			timeout = time.Duration(core.DefaultAffinityTimeoutSeconds) * time.Second
@@ -445,7 +456,14 @@ func (b *portBuilder) body(eps []core.Endpoint, empty core.Verdict) []Rule {
 	}
 	n := len(eps)
 	for k, ep := range eps {
-		var r Rule
+		size := 1
+		if k < n-1 {
+			size++
+		}
+		if sets != nil {
+			size++
+		}
+		r := make(Rule, 0, size)
 		if k < n-1 {
 			r = append(r, MatchRandom{uint32(n - k)})
 		}
