@@ -25,7 +25,7 @@ CRANE_VERSION := v0.22.1
 CRANE := $(XP_CACHE)/tools/crane-$(CRANE_VERSION)/crane
 PUSH_REF ?= $(REGISTRY)/crossproxy:$(VERSION)
 
-.PHONY: image push test-image ociimage-force
+.PHONY: image push crane test-image ociimage-force
 ociimage-force:
 
 $(OCIIMAGE): ociimage-force

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# run-test.sh VERSION IMAGE: the DaemonSet test on a fresh cluster (make
+# test-cluster). Expects `make image manifests` output for VERSION in dist/;
+# builds the upgrade image (VERSION-next, linux/amd64) and its manifests,
+# starts the cluster, runs the Go test, and tears the cluster down whatever
+# happens.
+set -euo pipefail
+version=$1 image=$2
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+cd "$root"
+up_version="$version-next"
+up_ref="${image%:*}:$up_version"
+out=bin/cluster
+mkdir -p "$out"
+echo "test-cluster: upgrade image $up_ref"
+GOOS=linux GOARCH=amd64 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$up_version" \
+	-o "$out/crossproxy-next" ./cmd/crossproxy
+(cd test/images && CGO_ENABLED=0 go build -trimpath -o "$root/bin/ociimage" ./ociimage)
+bin/ociimage -ref "$up_ref" -version "$up_version" -archive "$out/crossproxy-next-image.tar" \
+	-image "linux/amd64=$out/crossproxy-next:/usr/local/bin/crossproxy"
+bash installer/render.sh "$up_ref" "$up_ref" "$up_version" "$out/next"
+
+bash "$here/cluster.sh" down >/dev/null 2>&1 || true
+trap 'bash "$here/cluster.sh" down' EXIT
+trap 'exit 143' TERM INT
+start=$(date +%s)
+bash "$here/cluster.sh" up
+echo "test-cluster: FIGURE cluster up in $(($(date +%s) - start))s (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+cd "$here"
+XP_MANIFEST="$root/dist/crossproxy-$version-linux.yaml" \
+	XP_IMAGE_ARCHIVE="$root/dist/crossproxy-$version-image.tar" XP_IMAGE_REF="$image" \
+	XP_UPGRADE_MANIFEST="$root/$out/next/crossproxy-$up_version-linux.yaml" \
+	XP_UPGRADE_ARCHIVE="$root/$out/crossproxy-next-image.tar" XP_UPGRADE_REF="$up_ref" \
+	GOFLAGS=-mod=mod go test -tags cluster -count=1 -timeout 20m -v -run "${CLUSTER_TEST_RUN:-.}" .

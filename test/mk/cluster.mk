@@ -1,0 +1,22 @@
+# The real two-node cluster (issue 11), see test/cluster/README.md.
+#   make cluster-bin   kubelet, kube-controller-manager, kube-scheduler and
+#                      kubectl from k8s.io/kubernetes v1.37.2 (cached in
+#                      ~/.cache/crossproxy/cluster-bin) plus kube-apiserver/etcd
+#   make cluster-up    start it (namespaces xpc-cp, xpc-a, xpc-b); enter with
+#                      test/cluster/cluster.sh kubectl ...
+#   make cluster-down  stop it and remove everything it made
+#   make test-cluster  the shipped DaemonSet deployed for real: Services from
+#                      both nodes, /healthz, a rolling upgrade under traffic
+
+.PHONY: cluster-bin cluster-up cluster-down test-cluster
+cluster-bin: apiserver
+	bash test/cluster/build.sh
+
+cluster-up: cluster-bin
+	bash test/cluster/cluster.sh up
+
+cluster-down:
+	bash test/cluster/cluster.sh down
+
+test-cluster: image manifests cluster-bin
+	timeout 25m bash test/cluster/run-test.sh '$(VERSION)' '$(IMAGE)'
