@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/crossproxy/crossproxy/core"
@@ -84,26 +85,40 @@ func diffLoadBalancers(desired []desiredLB, current []ownedLB, canModify bool) [
 }
 
 // sameLB reports whether two load balancers are the same HNS configuration.
+// HNS reports endpoint ids in its own order and case, so they compare as a
+// set, case-insensitively.
 func sameLB(a, b LoadBalancer) bool {
 	return a.Protocol == b.Protocol && a.ExternalPort == b.ExternalPort && a.InternalPort == b.InternalPort &&
 		a.SourceVIP == b.SourceVIP && a.Flags == b.Flags && a.SourceIPAffinity == b.SourceIPAffinity &&
-		slices.Equal(a.FrontendVIPs, b.FrontendVIPs) && slices.Equal(a.EndpointIDs, b.EndpointIDs)
+		slices.Equal(a.FrontendVIPs, b.FrontendVIPs) && slices.Equal(normalIDs(a.EndpointIDs), normalIDs(b.EndpointIDs))
+}
+
+// normalIDs returns ids lower-cased and sorted.
+func normalIDs(ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = strings.ToLower(id)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // resolve turns planned load balancers into desired ones with HNS endpoint
 // ids. Endpoints HNS does not know (a local pod whose endpoint the CNI has not
-// created yet, a remote endpoint whose creation failed) are left out and
-// their ports returned for a retry; a load balancer left with no endpoint is
-// not wanted.
-func resolve(planned []PlannedLB, byIP map[netip.Addr]Endpoint) ([]desiredLB, map[core.PortKey][]netip.Addr) {
+// created yet, a remote endpoint whose creation failed), a local endpoint
+// HNS only has a remote endpoint for, and the stale endpoints being replaced
+// are left out and their ports returned for a retry; a load balancer left
+// with no endpoint is not wanted.
+func (b *Backend) resolve(planned []PlannedLB, stale map[netip.Addr]Endpoint) ([]desiredLB, map[core.PortKey][]netip.Addr) {
 	var out []desiredLB
 	missing := map[core.PortKey][]netip.Addr{}
 	for _, p := range planned {
 		lb := p.LB
 		lb.EndpointIDs = nil
 		for _, ip := range p.Endpoints {
-			ep, ok := byIP[ip]
-			if !ok {
+			ep, ok := b.byIP[ip]
+			_, replaced := stale[ip]
+			if !ok || replaced || (ep.Remote && !p.Remote[ip]) {
 				missing[p.Owner] = append(missing[p.Owner], ip)
 				continue
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -33,10 +34,16 @@ type Config struct {
 	// NetworkName is the HNS network (from the CNI) the load balancers use.
 	// Sync and Programmed need it; Cleanup falls back to the ledger's.
 	NetworkName string
-	// SourceVIP is set on every load balancer (overlay networks need it).
+	// SourceVIP is the overlay source VIP; overlay networks need it.
 	SourceVIP netip.Addr
-	// EnableDSR asks for direct server return where HNS supports it.
+	// EnableDSR asks for direct server return on ClusterIP load balancers.
 	EnableDSR bool
+	// NodeIP overrides the Node's own address (overlay provider address).
+	NodeIP netip.Addr
+	// HostMAC returns the MAC of the host interface that holds the node
+	// address; overlay networks need it for the source VIP endpoint and the
+	// ClusterIP remote endpoints (kube-proxy reads it the same way).
+	HostMAC func(netip.Addr) (string, error)
 	// Concurrency bounds the HNS calls in flight (DefaultConcurrency if 0).
 	Concurrency int
 	// Ledger records which load balancers crossproxy owns (required).
@@ -47,18 +54,23 @@ type Config struct {
 
 // Backend makes HNS match a core.NodeState: it plans, diffs against what HNS
 // reported, and applies the difference with the fewest calls. It owns only
-// the load balancers in its ledger and the remote endpoints named with
-// RemoteEndpointPrefix.
+// the load balancers in its ledger and the endpoints named with
+// RemoteEndpointPrefix or SourceVIPEndpointName.
 type Backend struct {
 	hns HNS
 	cfg Config
 	log logrus.FieldLogger
 
-	mu           sync.Mutex
-	features     *Features
-	network      Network
-	byIP         map[netip.Addr]Endpoint
+	mu       sync.Mutex
+	features *Features
+	network  Network
+	hostMAC  string
+	byIP     map[netip.Addr]Endpoint
+	// dupRemotes are remote endpoints that share their address with a local
+	// one (Windows Server 2019/2022): deleted at the end of a full sync.
+	dupRemotes   []Endpoint
 	owned        map[string]ownedLB
+	foreign      map[string][]string // frontend -> ids of load balancers crossproxy does not own
 	ledger       LedgerData
 	saved        LedgerData // what the Ledger holds
 	ledgerLoaded bool
@@ -85,6 +97,7 @@ func New(h HNS, cfg Config, log logrus.FieldLogger) (*Backend, error) {
 		hns: h, cfg: cfg, log: log,
 		byIP:      map[netip.Addr]Endpoint{},
 		owned:     map[string]ownedLB{},
+		foreign:   map[string][]string{},
 		retry:     map[core.PortKey]struct{}{},
 		noticed:   map[types.NamespacedName]map[string]string{},
 		frontends: map[core.PortKey][]platform.ProgrammedFrontend{},
@@ -93,6 +106,26 @@ func New(h HNS, cfg Config, log logrus.FieldLogger) (*Backend, error) {
 
 // Name implements platform.Backend.
 func (b *Backend) Name() string { return "hns" }
+
+// Preflight checks what kube-proxy checks before it starts: the HNS V2 API,
+// and on an overlay network a source VIP and remote subnet support. An error
+// wrapping ErrInvalid is a configuration crossproxy refuses to run with; any
+// other (HNS not answering yet at boot) is worth retrying, which Sync does.
+func (b *Backend) Preflight(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.prepare(ctx); err != nil {
+		return err
+	}
+	if b.cfg.NetworkName == "" {
+		return fmt.Errorf("hns: %w: no HNS network name (flag --network-name)", ErrInvalid)
+	}
+	nw, err := b.hns.GetNetwork(ctx, b.cfg.NetworkName)
+	if err != nil {
+		return fmt.Errorf("get HNS network %q: %w", b.cfg.NetworkName, err)
+	}
+	return OverlayPrerequisites(PlanOptions{Network: nw, Features: *b.features, SourceVIP: b.cfg.SourceVIP}, nil)
+}
 
 // Sync implements platform.Backend. A full sync re-reads HNS (3 calls) and
 // reconciles every port; a partial sync trusts what the last sync read and
@@ -104,12 +137,35 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 		return err
 	}
 	full := changes.Full || !b.synced
-	keys := map[core.PortKey]struct{}{}
 	if full {
 		if err := b.refresh(ctx); err != nil {
 			return err
 		}
-		b.synced = true
+	}
+	opts, err := b.planOptions(state)
+	if err != nil {
+		b.synced = false
+		return err
+	}
+	b.synced = true
+	keys := b.scope(state, changes, full)
+	list := make([]core.PortKey, 0, len(keys))
+	for k := range keys {
+		list = append(list, k)
+	}
+	plan := PlanPorts(state, list, opts)
+	b.rememberFrontends(state, keys, full)
+	notices, err := b.reconcile(ctx, plan, keys, full)
+	b.notify(state, append(plan.Notices, notices...), changes, keys, full)
+	return err
+}
+
+// scope is the ports a sync plans: every port (and every owned load
+// balancer's) on a full sync, else the changed ones; both with the ports
+// whose last attempt failed.
+func (b *Backend) scope(state *core.NodeState, changes core.Changes, full bool) map[core.PortKey]struct{} {
+	keys := map[core.PortKey]struct{}{}
+	if full {
 		for k := range state.Ports {
 			keys[k] = struct{}{}
 		}
@@ -121,38 +177,56 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 	}
 	maps.Copy(keys, b.retry)
 	clear(b.retry)
-	list := make([]core.PortKey, 0, len(keys))
-	for k := range keys {
-		list = append(list, k)
+	return keys
+}
+
+// planOptions are the planner's options for this node; on overlay networks
+// it checks kube-proxy's prerequisites and finds the host MAC once.
+func (b *Backend) planOptions(state *core.NodeState) (PlanOptions, error) {
+	opts := PlanOptions{Network: b.network, Features: *b.features, SourceVIP: b.cfg.SourceVIP, EnableDSR: b.cfg.EnableDSR, NodeIP: b.cfg.NodeIP}
+	if err := OverlayPrerequisites(opts, state); err != nil {
+		return opts, fmt.Errorf("hns: %w", err)
 	}
-	plan := PlanPorts(state, list, b.planOptions())
-	b.rememberFrontends(state, keys, full)
-	notices, err := b.reconcile(ctx, plan, keys, full)
-	b.notify(state, append(plan.Notices, notices...), changes, keys, full)
-	return err
+	if !b.network.IsOverlay() {
+		return opts, nil
+	}
+	if b.hostMAC == "" {
+		nodeIP := opts.nodeIP(state)
+		if b.cfg.HostMAC == nil {
+			return opts, fmt.Errorf("hns: overlay network %q: %w: no way to find the host MAC", b.network.Name, ErrInvalid)
+		}
+		mac, err := b.cfg.HostMAC(nodeIP)
+		if err != nil {
+			return opts, fmt.Errorf("hns: overlay network %q: find the MAC of the host interface with %s: %w", b.network.Name, nodeIP, err)
+		}
+		b.hostMAC = mac
+	}
+	opts.HostMAC = b.hostMAC
+	return opts, nil
 }
 
-func (b *Backend) planOptions() PlanOptions {
-	return PlanOptions{Network: b.network, Features: *b.features, SourceVIP: b.cfg.SourceVIP, EnableDSR: b.cfg.EnableDSR}
-}
-
-// prepare loads the ledger and detects features once.
+// prepare loads the ledger and detects features once. A failure (HNS not
+// up yet at boot) is not remembered: the next sync asks again.
 func (b *Backend) prepare(ctx context.Context) error {
 	if err := b.loadLedger(); err != nil {
 		return err
 	}
-	if b.features == nil {
-		f, err := b.hns.Features(ctx)
-		if err != nil {
-			return fmt.Errorf("detect HNS features: %w", err)
-		}
-		b.features = &f
-		b.log.WithField("features", fmt.Sprintf("%+v", f)).Info("HNS features detected")
-		b.log.Info("HNS chooses source NAT itself (to the source VIP on overlay networks, none with DSR): " +
-			"the core's masquerade decisions (masqueradeAll, local traffic detection) are not applied on this node")
-		if b.cfg.EnableDSR && !f.DSR {
-			b.log.Warn("DSR requested but this HNS does not support it; load balancers are created without DSR")
-		}
+	if b.features != nil {
+		return nil
+	}
+	f, err := b.hns.Features(ctx)
+	if err != nil {
+		return fmt.Errorf("detect HNS features: %w", err)
+	}
+	if !f.APIV2 {
+		return fmt.Errorf("hns: %w: this HNS lacks the V2 API crossproxy (and kube-proxy) need: Windows Server 2019 or later", ErrInvalid)
+	}
+	b.features = &f
+	b.log.WithField("features", fmt.Sprintf("%+v", f)).Info("HNS features detected")
+	b.log.Info("HNS chooses source NAT itself (to the source VIP on overlay networks, none with DSR): " +
+		"the core's masquerade decisions (masqueradeAll, local traffic detection) are not applied on this node")
+	if b.cfg.EnableDSR && !f.DSR {
+		b.log.Warn("DSR requested but this HNS does not support it; load balancers are created without DSR")
 	}
 	return nil
 }
@@ -173,8 +247,7 @@ func (b *Backend) loadLedger() error {
 }
 
 // refresh re-reads the network, its endpoints and the load balancers from
-// HNS. Load balancers in the ledger that HNS no longer has are forgotten;
-// ones created just before a crash are adopted through the pending entries.
+// HNS, and decides which load balancers are crossproxy's.
 func (b *Backend) refresh(ctx context.Context) error {
 	if b.cfg.NetworkName == "" {
 		return fmt.Errorf("hns: %w: no HNS network name (flag --network-name)", ErrInvalid)
@@ -192,241 +265,77 @@ func (b *Backend) refresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list load balancers: %w", err)
 	}
-	b.owned = map[string]ownedLB{}
-	for _, lb := range lbs {
-		if o, ok := b.ledger.LoadBalancers[lb.ID]; ok {
-			b.owned[lb.ID] = ownedLB{LB: lb, Owner: o}
-		} else if o, ok := b.ledger.Pending[lb.Frontend()]; ok {
-			b.log.WithFields(logrus.Fields{"id": lb.ID, "frontend": lb.Frontend()}).Info("adopting load balancer created before an interrupted sync")
-			b.owned[lb.ID] = ownedLB{LB: lb, Owner: o}
-		}
-	}
+	b.adopt(lbs)
 	return b.saveLedger()
 }
 
+// adopt sorts HNS' load balancers into crossproxy's (b.owned) and the
+// others (b.foreign). Crossproxy's are those in the ledger by id; those HNS
+// restored under a new id after a restart (the frontend of a ledger entry
+// whose id is gone); and those a create made before a crash or a failed
+// reply (a pending frontend, unless the load balancer already held it when
+// the entry was written). Pending entries are settled here.
+func (b *Backend) adopt(lbs []LoadBalancer) {
+	b.owned = map[string]ownedLB{}
+	b.foreign = map[string][]string{}
+	present := make(map[string]bool, len(lbs))
+	for _, lb := range lbs {
+		present[lb.ID] = true
+	}
+	vanished := map[string]Owner{}
+	for id, o := range b.ledger.LoadBalancers {
+		if f := b.ledger.Frontends[id]; !present[id] && f != "" {
+			vanished[f] = o
+		}
+	}
+	for _, lb := range lbs {
+		f := lb.Frontend()
+		if o, ok := b.ledger.LoadBalancers[lb.ID]; ok {
+			b.owned[lb.ID] = ownedLB{LB: lb, Owner: o}
+		} else if o, ok := vanished[f]; ok {
+			b.log.WithFields(logrus.Fields{"id": lb.ID, "frontend": f}).Info("adopting load balancer HNS restored under a new id")
+			b.owned[lb.ID] = ownedLB{LB: lb, Owner: o}
+			delete(vanished, f)
+		} else if p, ok := b.ledger.Pending[f]; ok && !slices.Contains(p.Foreign, lb.ID) {
+			b.log.WithFields(logrus.Fields{"id": lb.ID, "frontend": f}).Info("adopting load balancer created by an interrupted or failed create")
+			b.owned[lb.ID] = ownedLB{LB: lb, Owner: p.Owner}
+			delete(b.ledger.Pending, f)
+		} else {
+			b.foreign[f] = append(b.foreign[f], lb.ID)
+		}
+	}
+	clear(b.ledger.Pending)
+}
+
+// listEndpoints reads the network's endpoints. Where a local and a remote
+// endpoint share an address (Windows Server 2019/2022 can leave both), the
+// local one is used and the remote one is deleted at the end of the next
+// full sync, as kube-proxy does.
 func (b *Backend) listEndpoints(ctx context.Context) error {
 	eps, err := b.hns.ListEndpoints(ctx, b.network.ID)
 	if err != nil {
 		return fmt.Errorf("list endpoints of network %q: %w", b.network.Name, err)
 	}
 	b.byIP = make(map[netip.Addr]Endpoint, len(eps))
+	b.dupRemotes = nil
 	for _, ep := range eps {
-		// A local endpoint wins over a remote one with the same address.
-		if old, ok := b.byIP[ep.IP]; ok && !old.Remote {
-			continue
-		}
-		b.byIP[ep.IP] = ep
-	}
-	return nil
-}
-
-// reconcile applies plan for the ports in scope: remote endpoints first, then
-// load balancer deletes, then creates and updates, then (full syncs) removal
-// of remote endpoints nothing uses any more.
-//
-// A frontend held by a load balancer crossproxy does not own is not a
-// failure to retry at once (it stays until someone removes that load
-// balancer): it is returned as a notice and tried again on full syncs.
-func (b *Backend) reconcile(ctx context.Context, plan Plan, scope map[core.PortKey]struct{}, full bool) ([]Notice, error) {
-	var notices []Notice
-	var failures []error
-	var fmu sync.Mutex
-	fail := func(k core.PortKey, err error) {
-		fmu.Lock()
-		defer fmu.Unlock()
-		failures = append(failures, err)
-		b.retry[k] = struct{}{}
-	}
-
-	var create []Endpoint
-	for _, ep := range plan.RemoteEndpoints {
-		if _, ok := b.byIP[ep.IP]; !ok {
-			create = append(create, ep)
-		}
-	}
-	errs := parallel(ctx, b.cfg.Concurrency, create, func(ctx context.Context, ep Endpoint) error {
-		got, err := b.hns.CreateRemoteEndpoint(ctx, b.network.ID, ep)
-		if err != nil {
-			return fmt.Errorf("create remote endpoint %s: %w", ep.IP, err)
-		}
-		fmu.Lock()
-		b.byIP[got.IP] = got
-		fmu.Unlock()
-		return nil
-	})
-	for _, err := range errs {
-		if err != nil {
-			failures = append(failures, err) // the ports using it are retried through resolve
-		}
-	}
-
-	desired, missing := resolve(plan.LoadBalancers, b.byIP)
-	if !full && missingLocal(missing, plan) {
-		// A new local pod the CNI attached after the last listing: one list call.
-		if err := b.listEndpoints(ctx); err != nil {
-			return notices, err
-		}
-		desired, missing = resolve(plan.LoadBalancers, b.byIP)
-	}
-	for k, ips := range missing {
-		b.retry[k] = struct{}{}
-		b.log.WithFields(logrus.Fields{"port": k.String(), "endpoints": fmt.Sprint(ips)}).Warn("endpoints not known to HNS yet; left out and retried")
-	}
-
-	var current []ownedLB
-	for _, o := range b.owned {
-		if _, ok := scope[o.Owner.Key()]; ok {
-			current = append(current, o)
-		}
-	}
-	ops := diffLoadBalancers(desired, current, b.features.ModifyLoadBalancer)
-	var deletes, writes []lbOp
-	for _, op := range ops {
-		if op.kind == opDelete {
-			deletes = append(deletes, op)
-			continue
-		}
-		writes = append(writes, op)
-		if op.kind == opCreate {
-			b.ledger.Pending[op.desired.Frontend()] = op.owner
-		}
-	}
-	if len(b.ledger.Pending) > 0 {
-		if err := b.writeLedger(); err != nil {
-			return notices, err
-		}
-	}
-
-	errs = parallel(ctx, b.cfg.Concurrency, deletes, func(ctx context.Context, op lbOp) error {
-		err := b.hns.DeleteLoadBalancer(ctx, op.current.ID)
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("delete load balancer %s (%s): %w", op.current.Frontend(), op.current.ID, err)
-		}
-		fmu.Lock()
-		delete(b.owned, op.current.ID)
-		fmu.Unlock()
-		return nil
-	})
-	for i, err := range errs {
-		if err != nil {
-			fail(deletes[i].owner.Key(), err)
-		}
-	}
-	errs = parallel(ctx, b.cfg.Concurrency, writes, func(ctx context.Context, op lbOp) error {
-		return b.write(ctx, op, &fmu)
-	})
-	for i, err := range errs {
+		old, ok := b.byIP[ep.IP]
 		switch {
-		case err == nil:
-		case errors.Is(err, ErrDuplicateFrontend) && writes[i].kind == opCreate:
-			op := writes[i]
-			notices = append(notices, Notice{op.owner.Service(), "FrontendInUse",
-				fmt.Sprintf("%s %s is held by an HNS load balancer crossproxy does not own (another proxy's, or left over); "+
-					"remove it (or run that proxy's cleanup) and crossproxy takes the frontend at its next full sync", op.owner.Kind, op.desired.Frontend())})
-			b.log.WithError(err).WithField("port", op.owner.Key().String()).Warn("frontend held by a foreign load balancer")
-		default:
-			fail(writes[i].owner.Key(), err)
+		case !ok:
+			b.byIP[ep.IP] = ep
+		case !old.Remote && ep.Remote:
+			b.dupRemotes = append(b.dupRemotes, ep)
+		case old.Remote && !ep.Remote:
+			b.dupRemotes = append(b.dupRemotes, old)
+			b.byIP[ep.IP] = ep
 		}
 	}
-	if full {
-		failures = append(failures, b.collectRemoteEndpoints(ctx, plan)...)
-	}
-	clear(b.ledger.Pending)
-	if err := b.saveLedger(); err != nil {
-		failures = append(failures, err)
-	}
-	if len(failures) > 0 {
-		return notices, fmt.Errorf("hns sync: %d operations failed (retried on the next sync): %w", len(failures), errors.Join(failures...))
-	}
-	return notices, nil
-}
-
-// write creates or updates one load balancer.
-func (b *Backend) write(ctx context.Context, op lbOp, mu *sync.Mutex) error {
-	var got LoadBalancer
-	var err error
-	switch {
-	case op.kind == opCreate:
-		got, err = b.hns.CreateLoadBalancer(ctx, op.desired)
-		if err != nil {
-			return fmt.Errorf("create load balancer %s for %s: %w", op.desired.Frontend(), op.owner.Key(), err)
-		}
-	case sameLB(op.current, op.desired):
-		got = op.current // owner change only
-	default:
-		got, err = b.hns.UpdateLoadBalancer(ctx, op.current.ID, op.desired)
-		if err != nil {
-			if errors.Is(err, ErrNotFound) {
-				mu.Lock()
-				delete(b.owned, op.current.ID)
-				mu.Unlock()
-			}
-			return fmt.Errorf("modify load balancer %s (%s) for %s: %w", op.desired.Frontend(), op.current.ID, op.owner.Key(), err)
-		}
-	}
-	mu.Lock()
-	b.owned[got.ID] = ownedLB{LB: got, Owner: op.owner}
-	mu.Unlock()
 	return nil
 }
 
-// collectRemoteEndpoints deletes crossproxy's remote endpoints that no owned
-// load balancer uses and the plan does not need.
-func (b *Backend) collectRemoteEndpoints(ctx context.Context, plan Plan) []error {
-	used := map[string]bool{}
-	for _, o := range b.owned {
-		for _, id := range o.LB.EndpointIDs {
-			used[id] = true
-		}
-	}
-	needed := map[netip.Addr]bool{}
-	for _, ep := range plan.RemoteEndpoints {
-		needed[ep.IP] = true
-	}
-	var stale []Endpoint
-	for _, ep := range b.byIP {
-		if ep.Remote && strings.HasPrefix(ep.Name, RemoteEndpointPrefix) && !used[ep.ID] && !needed[ep.IP] {
-			stale = append(stale, ep)
-		}
-	}
-	var mu sync.Mutex
-	var failures []error
-	for i, err := range parallel(ctx, b.cfg.Concurrency, stale, func(ctx context.Context, ep Endpoint) error {
-		if err := b.hns.DeleteEndpoint(ctx, ep.ID); err != nil && !errors.Is(err, ErrNotFound) {
-			return err
-		}
-		mu.Lock()
-		delete(b.byIP, ep.IP)
-		mu.Unlock()
-		return nil
-	}) {
-		if err != nil {
-			failures = append(failures, fmt.Errorf("delete remote endpoint %s (%s): %w", stale[i].IP, stale[i].ID, err))
-		}
-	}
-	return failures
-}
-
-// saveLedger writes the owned load balancers to the ledger if they changed.
-func (b *Backend) saveLedger() error {
-	next := map[string]Owner{}
-	for id, o := range b.owned {
-		next[id] = o.Owner
-	}
-	b.ledger.LoadBalancers = next
-	if maps.Equal(next, b.saved.LoadBalancers) && maps.Equal(b.ledger.Pending, b.saved.Pending) && b.ledger.Network == b.saved.Network {
-		return nil
-	}
-	return b.writeLedger()
-}
-
-// writeLedger stores the ledger and remembers what was stored.
-func (b *Backend) writeLedger() error {
-	if err := b.cfg.Ledger.Save(b.ledger); err != nil {
-		return fmt.Errorf("hns: %w", err)
-	}
-	b.saved = copyLedger(b.ledger)
-	return nil
+// ours reports whether crossproxy made the endpoint.
+func ours(ep Endpoint) bool {
+	return strings.HasPrefix(ep.Name, RemoteEndpointPrefix) || ep.Name == SourceVIPEndpointName
 }
 
 // notify logs and forwards what HNS cannot express, once per Service and
@@ -509,7 +418,7 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 	}
 	byID := map[string]Endpoint{}
 	for _, ep := range eps {
-		byID[ep.ID] = ep
+		byID[strings.ToLower(ep.ID)] = ep
 	}
 	lbs, err := b.hns.ListLoadBalancers(ctx)
 	if err != nil {
@@ -523,12 +432,22 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 		}
 		var dests []netip.AddrPort
 		for _, id := range lb.EndpointIDs {
-			if ep, ok := byID[id]; ok {
+			if ep, ok := byID[strings.ToLower(id)]; ok {
 				dests = append(dests, netip.AddrPortFrom(ep.IP, lb.InternalPort))
 			}
 		}
 		sort.Slice(dests, func(i, j int) bool { return dests[i].Compare(dests[j]) < 0 })
-		for _, vip := range lb.FrontendVIPs {
+		vips := lb.FrontendVIPs
+		if len(vips) == 0 {
+			// A load balancer without VIP serves every host address: report the
+			// NodePort addresses the core chose.
+			for _, f := range b.frontends[o.Key()] {
+				if f.Kind == o.Kind && f.Port == lb.ExternalPort {
+					vips = append(vips, f.Addr)
+				}
+			}
+		}
+		for _, vip := range vips {
 			out.Frontends = append(out.Frontends, platform.ProgrammedFrontend{
 				Kind: o.Kind, Addr: vip, Port: lb.ExternalPort, Protocol: o.Protocol, Endpoints: dests,
 			})
@@ -571,8 +490,9 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 	return out, nil
 }
 
-// Cleanup implements platform.Backend: it deletes the load balancers in the
-// ledger and the remote endpoints crossproxy named, nothing else.
+// Cleanup implements platform.Backend: it deletes the load balancers the
+// ledger says are crossproxy's (by id, restored under a new id, or pending)
+// and the endpoints crossproxy named, nothing else.
 func (b *Backend) Cleanup(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -583,22 +503,19 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("hns cleanup: list load balancers: %w", err)
 	}
-	var mine []LoadBalancer
-	for _, lb := range lbs {
-		_, owned := b.ledger.LoadBalancers[lb.ID]
-		_, pending := b.ledger.Pending[lb.Frontend()]
-		if owned || pending {
-			mine = append(mine, lb)
-		}
+	b.adopt(lbs)
+	mine := make([]ownedLB, 0, len(b.owned))
+	for _, o := range b.owned {
+		mine = append(mine, o)
 	}
 	var failures []error
 	keep := map[string]Owner{}
-	for i, err := range parallel(ctx, b.cfg.Concurrency, mine, func(ctx context.Context, lb LoadBalancer) error {
-		return b.hns.DeleteLoadBalancer(ctx, lb.ID)
+	for i, err := range parallel(ctx, b.cfg.Concurrency, mine, func(ctx context.Context, o ownedLB) error {
+		return b.hns.DeleteLoadBalancer(ctx, o.LB.ID)
 	}) {
 		if err != nil && !errors.Is(err, ErrNotFound) {
-			failures = append(failures, fmt.Errorf("delete load balancer %s (%s): %w", mine[i].Frontend(), mine[i].ID, err))
-			keep[mine[i].ID] = b.ledger.LoadBalancers[mine[i].ID]
+			failures = append(failures, fmt.Errorf("delete load balancer %s (%s): %w", mine[i].LB.Frontend(), mine[i].LB.ID, err))
+			keep[mine[i].LB.ID] = mine[i].Owner
 		}
 	}
 	network := b.cfg.NetworkName
@@ -606,27 +523,27 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 		network = b.ledger.Network
 	}
 	if network == "" {
-		b.log.Info("no HNS network named or recorded: crossproxy never synced here, so it made no remote endpoints")
+		b.log.Info("no HNS network named or recorded: crossproxy never synced here, so it made no endpoints")
 	} else if nw, err := b.hns.GetNetwork(ctx, network); err != nil {
 		failures = append(failures, fmt.Errorf("get HNS network %q: %w", network, err))
 	} else if eps, err := b.hns.ListEndpoints(ctx, nw.ID); err != nil {
 		failures = append(failures, fmt.Errorf("list endpoints of network %q: %w", nw.Name, err))
 	} else {
-		var remote []Endpoint
+		var made []Endpoint
 		for _, ep := range eps {
-			if ep.Remote && strings.HasPrefix(ep.Name, RemoteEndpointPrefix) {
-				remote = append(remote, ep)
+			if ours(ep) {
+				made = append(made, ep)
 			}
 		}
-		for i, err := range parallel(ctx, b.cfg.Concurrency, remote, func(ctx context.Context, ep Endpoint) error {
+		for i, err := range parallel(ctx, b.cfg.Concurrency, made, func(ctx context.Context, ep Endpoint) error {
 			return b.hns.DeleteEndpoint(ctx, ep.ID)
 		}) {
 			if err != nil && !errors.Is(err, ErrNotFound) {
-				failures = append(failures, fmt.Errorf("delete remote endpoint %s (%s): %w", remote[i].IP, remote[i].ID, err))
+				failures = append(failures, fmt.Errorf("delete endpoint %s (%s): %w", made[i].IP, made[i].ID, err))
 			}
 		}
 	}
-	b.ledger = LedgerData{LoadBalancers: keep, Pending: map[string]Owner{}, Network: b.ledger.Network}
+	b.ledger = LedgerData{LoadBalancers: keep, Frontends: map[string]string{}, Pending: map[string]PendingLB{}, Network: b.ledger.Network}
 	b.owned = map[string]ownedLB{}
 	b.byIP = map[netip.Addr]Endpoint{}
 	b.synced = false

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -38,17 +39,32 @@ type rig struct {
 	localIDs map[string]string
 }
 
-// newRig returns a backend over a fake overlay network holding the local
-// endpoints (pods on this node) the CNI would have created.
+// newRig returns a backend over a fake overlay network holding the source
+// VIP endpoint and the local endpoints (pods on this node) the CNI would have
+// created. The node's address is 192.168.0.11.
 func newRig(t *testing.T, features Features, locals ...string) *rig {
 	t.Helper()
-	r := &rig{fake: NewFake(overlay, features), ledger: &MemoryLedger{}, notifier: &recordingNotifier{}, localIDs: map[string]string{}}
+	return newRigOn(t, overlay, features, locals...)
+}
+
+const hostMAC = "00-15-5d-00-00-11"
+
+func hostMACOf(netip.Addr) (string, error) { return hostMAC, nil }
+
+func newRigOn(t *testing.T, nw Network, features Features, locals ...string) *rig {
+	t.Helper()
+	r := &rig{fake: NewFake(nw, features), ledger: &MemoryLedger{}, notifier: &recordingNotifier{}, localIDs: map[string]string{}}
+	cfg := Config{NetworkName: nw.Name, NodeIP: ip("192.168.0.11"), Ledger: r.ledger, Notifier: r.notifier, HostMAC: hostMACOf}
+	if nw.IsOverlay() {
+		cfg.SourceVIP = ip("10.244.1.2")
+		r.fake.AddEndpoint(Endpoint{Name: "source-vip", IP: cfg.SourceVIP, MAC: hostMAC, ProviderAddress: cfg.NodeIP})
+	}
 	for _, a := range locals {
 		r.localIDs[a] = r.fake.AddLocalEndpoint("pod-"+a, ip(a))
 	}
 	log := logrus.New()
 	log.SetOutput(testWriter{t})
-	b, err := New(r.fake, Config{NetworkName: "vxlan0", SourceVIP: ip("10.244.1.2"), Ledger: r.ledger, Notifier: r.notifier}, log)
+	b, err := New(r.fake, cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +93,7 @@ func partial(keys ...core.PortKey) core.Changes {
 func (r *rig) dump() string {
 	ips := map[string]string{}
 	for _, ep := range r.fake.Endpoints() {
-		ips[ep.ID] = ep.IP.String()
+		ips[strings.ToUpper(ep.ID)] = ep.IP.String()
 		if ep.Remote {
 			ips[ep.ID] += "*"
 		}
@@ -86,8 +102,9 @@ func (r *rig) dump() string {
 	for _, lb := range r.fake.LoadBalancers() {
 		var eps []string
 		for _, id := range lb.EndpointIDs {
-			eps = append(eps, ips[id])
+			eps = append(eps, ips[strings.ToUpper(id)])
 		}
+		sort.Strings(eps)
 		fmt.Fprintf(&sb, "%s -> :%d [%s] %s\n", lb.Frontend(), lb.InternalPort, strings.Join(eps, " "), lb.Flags)
 	}
 	return sb.String()
@@ -101,11 +118,11 @@ func (r *rig) sync(t *testing.T, s *core.NodeState, c core.Changes) {
 }
 
 func TestSyncCreatesThenNoOp(t *testing.T) {
-	r := newRig(t, AllFeatures, "10.244.1.5")
+	r := newRig(t, AllFeatures(), "10.244.1.5")
 	s := state(port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080), remote("10.244.2.7", 8080)}, withNodePort(30080, "192.168.0.11")))
 	r.sync(t, s, full())
-	mustEqual(t, r.dump(), `TCP/10.96.0.10/80 -> :8080 [10.244.1.5 10.244.2.7*] LocalRoutedVIP
-TCP/192.168.0.11/30080 -> :8080 [10.244.1.5 10.244.2.7*] LocalRoutedVIP
+	mustEqual(t, r.dump(), `TCP/*/30080 -> :8080 [10.244.1.5 10.244.2.7*] LocalRoutedVIP,VipExternalIP
+TCP/10.96.0.10/80 -> :8080 [10.244.1.5 10.244.2.7*] none
 `)
 	r.fake.ResetCalls()
 	r.sync(t, s, full())
@@ -128,8 +145,8 @@ func TestEndpointChangeCalls(t *testing.T) {
 		features Features
 		want     map[string]int
 	}{
-		{"modify", AllFeatures, map[string]int{"UpdateLoadBalancer": 1}},
-		{"no modify", Features{IPv6DualStack: true}, map[string]int{"DeleteLoadBalancer": 1, "CreateLoadBalancer": 1}},
+		{"modify", AllFeatures(), map[string]int{"UpdateLoadBalancer": 1}},
+		{"no modify", Features{APIV2: true, IPv6DualStack: true, RemoteSubnet: true}, map[string]int{"DeleteLoadBalancer": 1, "CreateLoadBalancer": 1}},
 	} {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
 			r := newRig(t, c.features, "10.244.1.5", "10.244.1.6")
@@ -141,7 +158,7 @@ func TestEndpointChangeCalls(t *testing.T) {
 			if got := r.fake.Calls(); !reflect.DeepEqual(got, c.want) {
 				t.Fatalf("calls %v, want %v", got, c.want)
 			}
-			mustEqual(t, r.dump(), "TCP/10.96.0.10/80 -> :8080 [10.244.1.5] LocalRoutedVIP\n")
+			mustEqual(t, r.dump(), "TCP/10.96.0.10/80 -> :8080 [10.244.1.5] none\n")
 		})
 	}
 }
@@ -150,33 +167,33 @@ func TestEndpointChangeCalls(t *testing.T) {
 // is programmed, the sync reports the failure, and the next (partial, empty)
 // sync retries it.
 func TestFailureIsolatedAndRetried(t *testing.T) {
-	r := newRig(t, AllFeatures, "10.244.1.5", "10.244.1.6")
+	r := newRig(t, AllFeatures(), "10.244.1.5", "10.244.1.6")
 	broken := true
-	r.fake.Fail = func(method, arg string) error {
+	r.fake.SetFail(func(method, arg string) error {
 		if broken && method == "CreateLoadBalancer" && strings.Contains(arg, "10.96.0.11") {
 			return errors.New("injected HNS failure")
 		}
 		return nil
-	}
+	})
 	s := state(port("a", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)}), port("b", "10.96.0.11", []core.Endpoint{local("10.244.1.6", 8080)}))
 	err := r.backend.Sync(context.Background(), s, full())
 	if err == nil || !strings.Contains(err.Error(), "default/b:http/TCP/v4") || !strings.Contains(err.Error(), "injected HNS failure") {
 		t.Fatalf("want an error naming default/b and the cause, got %v", err)
 	}
-	mustEqual(t, r.dump(), "TCP/10.96.0.10/80 -> :8080 [10.244.1.5] LocalRoutedVIP\n")
+	mustEqual(t, r.dump(), "TCP/10.96.0.10/80 -> :8080 [10.244.1.5] none\n")
 	broken = false
 	r.fake.ResetCalls()
 	r.sync(t, s, partial())
 	if got := r.fake.Calls(); !reflect.DeepEqual(got, map[string]int{"CreateLoadBalancer": 1}) {
 		t.Fatalf("retry made calls %v", got)
 	}
-	mustEqual(t, r.dump(), "TCP/10.96.0.10/80 -> :8080 [10.244.1.5] LocalRoutedVIP\nTCP/10.96.0.11/80 -> :8080 [10.244.1.6] LocalRoutedVIP\n")
+	mustEqual(t, r.dump(), "TCP/10.96.0.10/80 -> :8080 [10.244.1.5] none\nTCP/10.96.0.11/80 -> :8080 [10.244.1.6] none\n")
 }
 
 // TestForeignObjectsUntouched: a load balancer and a remote endpoint someone
 // else made survive sync and cleanup; crossproxy's own are removed.
 func TestForeignObjectsUntouched(t *testing.T) {
-	r := newRig(t, AllFeatures, "10.244.1.5")
+	r := newRig(t, AllFeatures(), "10.244.1.5")
 	foreignID := r.fake.AddForeignLoadBalancer(LoadBalancer{Protocol: ProtocolTCP, FrontendVIPs: []netip.Addr{ip("10.96.9.9")}, ExternalPort: 443, InternalPort: 443, EndpointIDs: []string{r.localIDs["10.244.1.5"]}})
 	other, err := r.fake.CreateRemoteEndpoint(context.Background(), r.fake.network.ID, Endpoint{Name: "kube-proxy-remote", IP: ip("10.244.2.99"), ProviderAddress: ip("192.168.0.12")})
 	if err != nil {
@@ -198,7 +215,7 @@ func TestForeignObjectsUntouched(t *testing.T) {
 	for _, ep := range r.fake.Endpoints() {
 		left = append(left, ep.Name)
 	}
-	if want := []string{"pod-10.244.1.5", "kube-proxy-remote"}; !reflect.DeepEqual(left, want) || other.ID == "" {
+	if want := []string{"source-vip", "pod-10.244.1.5", "kube-proxy-remote"}; !reflect.DeepEqual(left, want) || other.ID == "" {
 		t.Fatalf("endpoints after cleanup %v, want %v", left, want)
 	}
 }
@@ -206,19 +223,20 @@ func TestForeignObjectsUntouched(t *testing.T) {
 // TestServiceRemovedAndRemoteEndpointCollected: removing a Service deletes its
 // load balancers at once and its remote endpoints on the next full sync.
 func TestServiceRemovedAndRemoteEndpointCollected(t *testing.T) {
-	r := newRig(t, AllFeatures)
+	r := newRig(t, AllFeatures())
 	p := port("web", "10.96.0.10", []core.Endpoint{remote("10.244.2.7", 8080)})
 	r.sync(t, state(p), full())
 	r.sync(t, state(), partial(p.Key))
 	if len(r.fake.LoadBalancers()) != 0 {
 		t.Fatalf("load balancer left: %s", r.dump())
 	}
-	if n := len(r.fake.Endpoints()); n != 1 {
-		t.Fatalf("remote endpoint should stay until the full sync, have %d", n)
+	// The source VIP endpoint, the ClusterIP's and the pod's remote endpoints.
+	if n := len(r.fake.Endpoints()); n != 3 {
+		t.Fatalf("remote endpoints should stay until the full sync, have %d", n)
 	}
 	r.sync(t, state(), full())
-	if n := len(r.fake.Endpoints()); n != 0 {
-		t.Fatalf("remote endpoints left after full sync: %v", r.fake.Endpoints())
+	if eps := r.fake.Endpoints(); len(eps) != 1 || eps[0].Remote {
+		t.Fatalf("remote endpoints left after full sync: %v", eps)
 	}
 }
 
@@ -226,7 +244,7 @@ func TestServiceRemovedAndRemoteEndpointCollected(t *testing.T) {
 // is found with one list call on a partial sync; one not attached yet is left
 // out and retried.
 func TestNewLocalEndpointRelisted(t *testing.T) {
-	r := newRig(t, AllFeatures, "10.244.1.5")
+	r := newRig(t, AllFeatures(), "10.244.1.5")
 	p := port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)})
 	r.sync(t, state(p), full())
 	p2 := port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080), local("10.244.1.6", 8080)})
@@ -241,18 +259,18 @@ func TestNewLocalEndpointRelisted(t *testing.T) {
 	if got := r.fake.Calls(); !reflect.DeepEqual(got, map[string]int{"ListEndpoints": 1, "UpdateLoadBalancer": 1}) {
 		t.Fatalf("retry calls %v", got)
 	}
-	mustEqual(t, r.dump(), "TCP/10.96.0.10/80 -> :8080 [10.244.1.5 10.244.1.6] LocalRoutedVIP\n")
+	mustEqual(t, r.dump(), "TCP/10.96.0.10/80 -> :8080 [10.244.1.5 10.244.1.6] none\n")
 }
 
 // TestAdoptAfterCrash: a load balancer created just before a crash (pending
 // in the ledger, no id recorded) is adopted, not duplicated.
 func TestAdoptAfterCrash(t *testing.T) {
-	r := newRig(t, AllFeatures, "10.244.1.5")
+	r := newRig(t, AllFeatures(), "10.244.1.5")
 	p := port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)})
 	lb := LoadBalancer{Protocol: ProtocolTCP, FrontendVIPs: []netip.Addr{ip("10.96.0.10")}, ExternalPort: 80, InternalPort: 8080,
-		SourceVIP: ip("10.244.1.2"), EndpointIDs: []string{r.localIDs["10.244.1.5"]}, Flags: LBFlags{LocalRoutedVIP: true}}
+		SourceVIP: ip("10.244.1.2"), EndpointIDs: []string{r.localIDs["10.244.1.5"]}}
 	id := r.fake.AddForeignLoadBalancer(lb)
-	if err := r.ledger.Save(LedgerData{Pending: map[string]Owner{lb.Frontend(): ownerOf(p.Key, core.FrontendClusterIP)}}); err != nil {
+	if err := r.ledger.Save(LedgerData{Pending: map[string]PendingLB{lb.Frontend(): {Owner: ownerOf(p.Key, core.FrontendClusterIP)}}}); err != nil {
 		t.Fatal(err)
 	}
 	r.sync(t, state(p), full())
@@ -263,7 +281,7 @@ func TestAdoptAfterCrash(t *testing.T) {
 }
 
 func TestProgrammedReadsHNS(t *testing.T) {
-	r := newRig(t, AllFeatures, "10.244.1.5")
+	r := newRig(t, AllFeatures(), "10.244.1.5")
 	p := port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080), remote("10.244.2.7", 8080)}, withNodePort(30080, "192.168.0.11"),
 		func(p *core.ServicePort) { p.SourceRanges = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/8")} }, withFrontend(core.FrontendLoadBalancer, "198.51.100.9"))
 	r.sync(t, state(p, port("other", "10.96.0.11", []core.Endpoint{local("10.244.1.5", 8080)})), full())
@@ -297,7 +315,7 @@ func TestProgrammedReadsHNS(t *testing.T) {
 // balancer; HNS drops its traffic, and Programmed says so (explain then shows
 // "computed rejects, programmed drops" next to the notice).
 func TestProgrammedWithoutEndpoints(t *testing.T) {
-	r := newRig(t, AllFeatures)
+	r := newRig(t, AllFeatures())
 	p := port("web", "10.96.0.10", nil)
 	r.sync(t, state(p), full())
 	got, err := r.backend.Programmed(context.Background(), p.Key.Service)
@@ -317,7 +335,7 @@ func TestProgrammedWithoutEndpoints(t *testing.T) {
 // TestNotifierOncePerService: each unsupported feature is reported once per
 // Service across syncs, and again after the Service came back.
 func TestNotifierOncePerService(t *testing.T) {
-	r := newRig(t, AllFeatures, "10.244.1.5")
+	r := newRig(t, AllFeatures(), "10.244.1.5")
 	p := port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)}, withFrontend(core.FrontendLoadBalancer, "198.51.100.9"),
 		func(p *core.ServicePort) { p.SourceRanges = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")} })
 	r.sync(t, state(p), full())
@@ -336,7 +354,7 @@ func TestNotifierOncePerService(t *testing.T) {
 // TestModifyWhenDesiredChanges covers frontends changing flags in place and
 // the fake's duplicate-frontend validation.
 func TestFakeValidates(t *testing.T) {
-	f := NewFake(overlay, Features{})
+	f := NewFake(overlay, Features{APIV2: true})
 	ctx := context.Background()
 	id := f.AddLocalEndpoint("pod", ip("10.244.1.5"))
 	base := LoadBalancer{Protocol: ProtocolTCP, FrontendVIPs: []netip.Addr{ip("10.96.0.10")}, ExternalPort: 80, InternalPort: 8080, EndpointIDs: []string{id}}
@@ -347,7 +365,8 @@ func TestFakeValidates(t *testing.T) {
 		lb   LoadBalancer
 		want error
 	}{
-		"duplicate":        {base, ErrDuplicateFrontend},
+		"identical":        {base, ErrAlreadyExists},
+		"duplicate":        {func() LoadBalancer { l := base; l.InternalPort = 9090; return l }(), ErrDuplicateFrontend},
 		"unknown endpoint": {func() LoadBalancer { l := base; l.ExternalPort = 81; l.EndpointIDs = []string{"nope"}; return l }(), ErrUnknownEndpoint},
 		"dsr unsupported":  {func() LoadBalancer { l := base; l.ExternalPort = 82; l.Flags.DSR = true; return l }(), ErrInvalid},
 		"sctp":             {func() LoadBalancer { l := base; l.ExternalPort = 83; l.Protocol = 132; return l }(), ErrInvalid},
@@ -356,7 +375,7 @@ func TestFakeValidates(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", name, err, c.want)
 		}
 	}
-	if _, err := f.UpdateLoadBalancer(ctx, "x", base); !errors.Is(err, ErrInvalid) {
+	if _, err := f.UpdateLoadBalancer(ctx, "x", base); !errors.Is(err, ErrNotImplemented) {
 		t.Errorf("modify without the feature: %v", err)
 	}
 	if err := f.DeleteEndpoint(ctx, id); !errors.Is(err, ErrInvalid) {
@@ -377,7 +396,8 @@ func TestFileLedgerRoundTrip(t *testing.T) {
 		t.Fatalf("missing file: %+v %v", d, err)
 	}
 	o := Owner{Namespace: "default", Name: "web", Port: "http", Protocol: "TCP", Family: "IPv4", Kind: core.FrontendClusterIP}
-	want := LedgerData{LoadBalancers: map[string]Owner{"id-1": o}, Pending: map[string]Owner{"TCP/10.96.0.10/80": o}}
+	want := LedgerData{LoadBalancers: map[string]Owner{"id-1": o}, Frontends: map[string]string{"id-1": "TCP/10.96.0.11/80"},
+		Pending: map[string]PendingLB{"TCP/10.96.0.10/80": {Owner: o, Foreign: []string{"id-9"}}}}
 	if err := l.Save(want); err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +420,7 @@ func TestFileLedgerRoundTrip(t *testing.T) {
 // --network-name still finds the remote endpoints through the network the
 // ledger recorded; Sync without a network name fails naming the flag.
 func TestCleanupUsesRecordedNetwork(t *testing.T) {
-	r := newRig(t, AllFeatures, "10.244.1.5")
+	r := newRig(t, AllFeatures(), "10.244.1.5")
 	r.sync(t, state(port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080), remote("10.244.2.7", 8080)})), full())
 	b, err := New(r.fake, Config{Ledger: r.ledger}, logrus.New())
 	if err != nil {
@@ -412,7 +432,7 @@ func TestCleanupUsesRecordedNetwork(t *testing.T) {
 	if err := b.Cleanup(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if lbs, eps := r.fake.LoadBalancers(), r.fake.Endpoints(); len(lbs) != 0 || len(eps) != 1 || eps[0].Remote {
+	if lbs, eps := r.fake.LoadBalancers(), r.fake.Endpoints(); len(lbs) != 0 || len(eps) != 2 || eps[0].Remote || eps[1].Remote {
 		t.Fatalf("after cleanup: %v %v", lbs, eps)
 	}
 }
@@ -422,14 +442,14 @@ func TestCleanupUsesRecordedNetwork(t *testing.T) {
 // every sync as a failure; the other Services are programmed, and the
 // frontend is taken at the first full sync after the foreign one is gone.
 func TestForeignFrontendConflict(t *testing.T) {
-	r := newRig(t, AllFeatures, "10.244.1.5", "10.244.1.6")
+	r := newRig(t, AllFeatures(), "10.244.1.5", "10.244.1.6")
 	foreign := r.fake.AddForeignLoadBalancer(LoadBalancer{Protocol: ProtocolTCP, FrontendVIPs: []netip.Addr{ip("10.96.0.10")}, ExternalPort: 80, InternalPort: 9999, EndpointIDs: []string{r.localIDs["10.244.1.6"]}})
 	s := state(port("a", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)}), port("b", "10.96.0.11", []core.Endpoint{local("10.244.1.6", 8080)}))
 	r.sync(t, s, full())
 	if want := []string{"default/a FrontendInUse"}; !reflect.DeepEqual(r.notifier.got, want) {
 		t.Fatalf("notices %v, want %v", r.notifier.got, want)
 	}
-	mustEqual(t, r.dump(), "TCP/10.96.0.10/80 -> :9999 [10.244.1.6] none\nTCP/10.96.0.11/80 -> :8080 [10.244.1.6] LocalRoutedVIP\n")
+	mustEqual(t, r.dump(), "TCP/10.96.0.10/80 -> :9999 [10.244.1.6] none\nTCP/10.96.0.11/80 -> :8080 [10.244.1.6] none\n")
 	r.fake.ResetCalls()
 	r.sync(t, s, partial())
 	if n := r.fake.TotalCalls(); n != 0 {
@@ -439,7 +459,7 @@ func TestForeignFrontendConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.sync(t, s, full())
-	mustEqual(t, r.dump(), "TCP/10.96.0.10/80 -> :8080 [10.244.1.5] LocalRoutedVIP\nTCP/10.96.0.11/80 -> :8080 [10.244.1.6] LocalRoutedVIP\n")
+	mustEqual(t, r.dump(), "TCP/10.96.0.10/80 -> :8080 [10.244.1.5] none\nTCP/10.96.0.11/80 -> :8080 [10.244.1.6] none\n")
 }
 
 // TestBadAddressesDoNotFailEverySync: a frontend or endpoint address that is
@@ -448,7 +468,7 @@ func TestForeignFrontendConflict(t *testing.T) {
 // refuse the load balancer on every sync; the rest of the port and every
 // other Service are programmed and the sync succeeds.
 func TestBadAddressesDoNotFailEverySync(t *testing.T) {
-	r := newRig(t, AllFeatures, "10.244.1.5")
+	r := newRig(t, AllFeatures(), "10.244.1.5")
 	bad := port("bad", "10.96.0.11", []core.Endpoint{local("10.244.1.5", 8080), local("fd00:1::5", 8080), {Port: 8080, Local: true}},
 		withFrontend(core.FrontendExternalIP, "fd00::7"), func(p *core.ServicePort) {
 			p.Frontends = append(p.Frontends, core.Frontend{Kind: core.FrontendExternalIP, Port: 80})

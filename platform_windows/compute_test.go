@@ -69,7 +69,7 @@ func readyEP(addr, node, zone string) string {
 // TestComputedParity proves parity rows end to end: Kubernetes objects,
 // core's decisions, HNS plan.
 func TestComputedParity(t *testing.T) {
-	all := PlanOptions{Network: Network{Name: "cbr0", Type: NetworkL2Bridge}, Features: AllFeatures}
+	all := PlanOptions{Network: Network{Name: "cbr0", Type: NetworkL2Bridge}, Features: AllFeatures()}
 	cases := []struct{ name, objects, want string }{{
 		name: "LoadBalancer with externalTrafficPolicy Local, sourceRanges, affinity",
 		objects: svcYAML("web", `  type: LoadBalancer
@@ -85,14 +85,13 @@ func TestComputedParity(t *testing.T) {
 status:
   loadBalancer: {ingress: [{ip: 198.51.100.9}]}
 `) + sliceYAML("web-1", "web", "IPv4", "8080", readyEP("10.244.1.5", "win-1", "a"), readyEP("10.244.2.7", "lin-1", "a")),
-		want: `# HNS plan: 3 load balancers, 1 remote endpoints, 3 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=LocalRoutedVIP affinity=SourceIP
-lb default/web:http/TCP/v4 LoadBalancer 198.51.100.9:80 -> :8080 [10.244.1.5] flags=none affinity=SourceIP
-lb default/web:http/TCP/v4 NodePort 192.168.0.11:30080 -> :8080 [10.244.1.5] flags=LocalRoutedVIP affinity=SourceIP
+		want: `# HNS plan: 3 load balancers, 1 remote endpoints, 2 unsupported
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=none affinity=SourceIP
+lb default/web:http/TCP/v4 LoadBalancer 198.51.100.9:80 -> :8080 [10.244.1.5] flags=DSR portflags=VipExternalIP affinity=SourceIP
+lb default/web:http/TCP/v4 NodePort *:30080 -> :8080 [10.244.1.5] flags=DSR portflags=LocalRoutedVIP,VipExternalIP affinity=SourceIP
 remote-endpoint 10.244.2.7 mac=02-11-0a-f4-02-07
 unsupported default/web SessionAffinityTimeout: port http: HNS keeps ClientIP affinity without a timeout; timeoutSeconds=600 is not enforced
 unsupported default/web LoadBalancerSourceRanges: port http: HNS load balancers cannot filter clients by source; loadBalancerSourceRanges 203.0.113.0/24 are not enforced
-unsupported default/web ExternalTrafficPolicyLocalSourceIP: port http: externalTrafficPolicy Local uses only this node's endpoints, but without DSR HNS does not preserve the client source address
 `,
 	}, {
 		name: "terminating fallback",
@@ -101,7 +100,7 @@ unsupported default/web ExternalTrafficPolicyLocalSourceIP: port http: externalT
 				epYAML("10.244.1.5", "win-1", "a", "false", "true", "true", ""),
 				epYAML("10.244.2.7", "lin-1", "a", "false", "false", "true", "")),
 		want: `# HNS plan: 1 load balancers, 0 remote endpoints, 0 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=LocalRoutedVIP
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=none portflags=none
 `,
 	}, {
 		name: "terminating fallback for NodePort and LoadBalancer, Cluster and Local policy",
@@ -127,16 +126,15 @@ status:
 			sliceYAML("loc-1", "loc", "IPv4", "8080",
 				epYAML("10.244.1.6", "win-1", "a", "false", "true", "true", ""),
 				readyEP("10.244.2.8", "lin-1", "a")),
-		want: `# HNS plan: 6 load balancers, 2 remote endpoints, 1 unsupported
-lb default/loc:http/TCP/v4 ClusterIP 10.96.0.11:80 -> :8080 [10.244.2.8*] flags=LocalRoutedVIP
-lb default/loc:http/TCP/v4 LoadBalancer 198.51.100.10:80 -> :8080 [10.244.1.6] flags=none
-lb default/loc:http/TCP/v4 NodePort 192.168.0.11:30081 -> :8080 [10.244.1.6] flags=LocalRoutedVIP
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=LocalRoutedVIP
-lb default/web:http/TCP/v4 LoadBalancer 198.51.100.9:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none
-lb default/web:http/TCP/v4 NodePort 192.168.0.11:30080 -> :8080 [10.244.1.5 10.244.2.7*] flags=LocalRoutedVIP
+		want: `# HNS plan: 6 load balancers, 2 remote endpoints, 0 unsupported
+lb default/loc:http/TCP/v4 ClusterIP 10.96.0.11:80 -> :8080 [10.244.2.8*] flags=none portflags=none
+lb default/loc:http/TCP/v4 LoadBalancer 198.51.100.10:80 -> :8080 [10.244.1.6] flags=DSR portflags=VipExternalIP
+lb default/loc:http/TCP/v4 NodePort *:30081 -> :8080 [10.244.1.6] flags=DSR portflags=LocalRoutedVIP,VipExternalIP
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=none
+lb default/web:http/TCP/v4 LoadBalancer 198.51.100.9:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=VipExternalIP
+lb default/web:http/TCP/v4 NodePort *:30080 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=LocalRoutedVIP,VipExternalIP
 remote-endpoint 10.244.2.7 mac=02-11-0a-f4-02-07
 remote-endpoint 10.244.2.8 mac=02-11-0a-f4-02-08
-unsupported default/loc ExternalTrafficPolicyLocalSourceIP: port http: externalTrafficPolicy Local uses only this node's endpoints, but without DSR HNS does not preserve the client source address
 `,
 	}, {
 		name: "topology hints",
@@ -146,7 +144,7 @@ unsupported default/loc ExternalTrafficPolicyLocalSourceIP: port http: externalT
 				epYAML("10.244.2.7", "lin-1", "a", "true", "true", "false", "a"),
 				epYAML("10.244.3.9", "lin-2", "b", "true", "true", "false", "b")),
 		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 0 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=LocalRoutedVIP
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=none
 remote-endpoint 10.244.2.7 mac=02-11-0a-f4-02-07
 `,
 	}, {
@@ -154,7 +152,7 @@ remote-endpoint 10.244.2.7 mac=02-11-0a-f4-02-07
 		objects: svcYAML("web", "  clusterIP: 10.96.0.10\n  clusterIPs: [10.96.0.10]\n  ipFamilies: [IPv4]\n  internalTrafficPolicy: Local\n  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]\n") +
 			sliceYAML("web-1", "web", "IPv4", "8080", readyEP("10.244.1.5", "win-1", "a"), readyEP("10.244.2.7", "lin-1", "a")),
 		want: `# HNS plan: 1 load balancers, 0 remote endpoints, 0 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=LocalRoutedVIP
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=none portflags=none
 `,
 	}, {
 		name: "endpoints on different target ports",
@@ -162,7 +160,7 @@ lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=L
 			sliceYAML("web-old", "web", "IPv4", "8080", readyEP("10.244.1.5", "win-1", "a")) +
 			sliceYAML("web-new", "web", "IPv4", "9090", readyEP("10.244.2.7", "lin-1", "a"), readyEP("10.244.2.8", "lin-1", "a")),
 		want: `# HNS plan: 1 load balancers, 2 remote endpoints, 1 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :9090 [10.244.2.7* 10.244.2.8*] flags=LocalRoutedVIP
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :9090 [10.244.2.7* 10.244.2.8*] flags=none portflags=none
 remote-endpoint 10.244.2.7 mac=02-11-0a-f4-02-07
 remote-endpoint 10.244.2.8 mac=02-11-0a-f4-02-08
 unsupported default/web MixedTargetPorts: port http ClusterIP: an HNS load balancer has one internal port; 2 endpoints on port 9090 are used, 10.244.1.5:8080 are not
@@ -173,19 +171,18 @@ unsupported default/web MixedTargetPorts: port http ClusterIP: an HNS load balan
 			sliceYAML("web-4", "web", "IPv4", "8080", readyEP("10.244.1.5", "win-1", "a")) +
 			sliceYAML("web-6", "web", "IPv6", "8080", readyEP("fd00:1::5", "win-1", "a")),
 		want: `# HNS plan: 2 load balancers, 0 remote endpoints, 0 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=LocalRoutedVIP
-lb default/web:http/TCP/v6 ClusterIP fd00:96::10:80 -> :8080 [fd00:1::5] flags=IPv6,LocalRoutedVIP
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=none portflags=none
+lb default/web:http/TCP/v6 ClusterIP fd00:96::10:80 -> :8080 [fd00:1::5] flags=IPv6 portflags=none
 `,
 	}, {
 		name: "no endpoints and no local endpoints",
 		objects: svcYAML("empty", "  clusterIP: 10.96.0.20\n  clusterIPs: [10.96.0.20]\n  ipFamilies: [IPv4]\n  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]\n") +
 			svcYAML("far", "  type: NodePort\n  clusterIP: 10.96.0.21\n  clusterIPs: [10.96.0.21]\n  ipFamilies: [IPv4]\n  externalTrafficPolicy: Local\n  ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30081, protocol: TCP}]\n") +
 			sliceYAML("far-1", "far", "IPv4", "8080", readyEP("10.244.2.7", "lin-1", "a")),
-		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 2 unsupported
-lb default/far:http/TCP/v4 ClusterIP 10.96.0.21:80 -> :8080 [10.244.2.7*] flags=LocalRoutedVIP
+		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 1 unsupported
+lb default/far:http/TCP/v4 ClusterIP 10.96.0.21:80 -> :8080 [10.244.2.7*] flags=none portflags=none
 remote-endpoint 10.244.2.7 mac=02-11-0a-f4-02-07
 unsupported default/empty RejectWithoutEndpoints: port http ClusterIP: the Service has no endpoints; HNS cannot reject, so connections time out instead of being refused
-unsupported default/far ExternalTrafficPolicyLocalSourceIP: port http: externalTrafficPolicy Local uses only this node's endpoints, but without DSR HNS does not preserve the client source address
 `,
 	}}
 	for _, c := range cases {

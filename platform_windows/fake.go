@@ -4,119 +4,59 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
 
 // Fake is an in-memory HNS. It validates what crossproxy sends the way HNS
-// does (duplicate frontends, unknown endpoints, duplicate endpoint addresses,
-// modify without the feature, deleting an endpoint a load balancer uses),
-// counts calls, and can add latency and failures. It is untagged so planner,
-// differ, applier and Backend tests run on any OS and under Wine.
+// does (duplicate frontends, identical objects, unknown endpoints, duplicate
+// endpoint addresses, modify without the feature, deleting an endpoint a load
+// balancer uses) and reads load balancers back normalised as HNS does (its
+// own endpoint order, upper-case ids), not echoed. It is untagged so the
+// planner, differ, applier and Backend tests run on any OS and under Wine, and
+// `crossproxy service run --fake-hns-network` programs it. The test helpers
+// that count calls and inject HNS' failures live in the package's tests.
 type Fake struct {
-	// Latency is added to every call through Sleep (time.Sleep by default).
-	Latency time.Duration
-	Sleep   func(time.Duration)
-	// Fail, when set, is asked before every call; a non-nil error fails the
-	// call without changing anything. arg is the object id or frontend.
-	Fail func(method, arg string) error
-
 	mu       sync.Mutex
 	features Features
 	network  Network
 	eps      map[string]Endpoint
 	lbs      map[string]LoadBalancer
-	calls    map[string]int
 	nextID   int
+
+	// What tests set through the helpers in fake_helpers_test.go.
+	calls    map[string]int
 	inFlight int
 	maxIn    int
+	latency  time.Duration
+	fail     func(method, arg string) error
+	// failAfter fails a create or update after HNS made the change.
+	failAfter func(method, arg string) error
+	// updateNotImpl makes UpdateLoadBalancer return E_NOTIMPL although the
+	// features report in-place modify (builds that do).
+	updateNotImpl bool
+	// reserved are host port reservations: "TCP/30080".
+	reserved map[string]bool
 }
 
 // NewFake returns a fake HNS with one network and the given features.
 func NewFake(nw Network, features Features) *Fake {
 	if nw.ID == "" {
-		nw.ID = "00000000-0000-4000-8000-00000000beef"
+		nw.ID = "00000000-0000-4000-8000-00000000BEEF"
 	}
-	return &Fake{features: features, network: nw, eps: map[string]Endpoint{}, lbs: map[string]LoadBalancer{}, calls: map[string]int{}}
+	return &Fake{features: features, network: nw, eps: map[string]Endpoint{}, lbs: map[string]LoadBalancer{},
+		calls: map[string]int{}, reserved: map[string]bool{}}
 }
 
 var _ HNS = (*Fake)(nil)
 
-// AddLocalEndpoint adds an endpoint as the CNI would for a pod on this node
-// (not counted as a call) and returns its id.
-func (f *Fake) AddLocalEndpoint(name string, ip netip.Addr) string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	id := f.newID()
-	f.eps[id] = Endpoint{ID: id, Name: name, IP: ip}
-	return id
-}
-
-// AddForeignLoadBalancer adds a load balancer someone else (another proxy, an
-// operator) created; crossproxy must leave it alone.
-func (f *Fake) AddForeignLoadBalancer(lb LoadBalancer) string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	lb.ID = f.newID()
-	f.lbs[lb.ID] = cloneLB(lb)
-	return lb.ID
-}
-
-// Calls returns the number of calls per method since the last ResetCalls.
-func (f *Fake) Calls() map[string]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make(map[string]int, len(f.calls))
-	for k, v := range f.calls {
-		out[k] = v
-	}
-	return out
-}
-
-// TotalCalls is the sum of Calls.
-func (f *Fake) TotalCalls() int {
-	n := 0
-	for _, v := range f.Calls() {
-		n += v
-	}
-	return n
-}
-
-// ResetCalls zeroes the call counters and the in-flight maximum.
-func (f *Fake) ResetCalls() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = map[string]int{}
-	f.maxIn = 0
-}
-
-// MaxInFlight is the most calls that were in progress at once since the last
-// ResetCalls (with Latency set, this shows the applier's concurrency bound).
-func (f *Fake) MaxInFlight() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.maxIn
-}
-
-// LoadBalancers returns a snapshot of every load balancer, sorted by frontend.
-func (f *Fake) LoadBalancers() []LoadBalancer {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.sortedLBs()
-}
-
-// Endpoints returns a snapshot of every endpoint, sorted by IP.
-func (f *Fake) Endpoints() []Endpoint {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.sortedEndpoints()
-}
-
 func (f *Fake) sortedLBs() []LoadBalancer {
 	out := make([]LoadBalancer, 0, len(f.lbs))
 	for _, lb := range f.lbs {
-		out = append(out, cloneLB(lb))
+		out = append(out, readBack(lb))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Frontend() < out[j].Frontend() })
 	return out
@@ -138,13 +78,10 @@ func (f *Fake) call(ctx context.Context, method, arg string) error {
 	f.calls[method]++
 	f.inFlight++
 	f.maxIn = max(f.maxIn, f.inFlight)
+	latency, fail := f.latency, f.fail
 	f.mu.Unlock()
-	if f.Latency > 0 {
-		sleep := f.Sleep
-		if sleep == nil {
-			sleep = time.Sleep
-		}
-		sleep(f.Latency)
+	if latency > 0 {
+		time.Sleep(latency)
 	}
 	f.mu.Lock()
 	f.inFlight--
@@ -152,12 +89,20 @@ func (f *Fake) call(ctx context.Context, method, arg string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if f.Fail != nil {
-		if err := f.Fail(method, arg); err != nil {
+	if fail != nil {
+		if err := fail(method, arg); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// after asks failAfter once a create or update has changed the state.
+func (f *Fake) after(method, arg string) error {
+	if f.failAfter == nil {
+		return nil
+	}
+	return f.failAfter(method, arg)
 }
 
 func (f *Fake) newID() string {
@@ -178,7 +123,7 @@ func (f *Fake) GetNetwork(ctx context.Context, name string) (Network, error) {
 	if err := f.call(ctx, "GetNetwork", name); err != nil {
 		return Network{}, err
 	}
-	if name != f.network.Name {
+	if !strings.EqualFold(name, f.network.Name) {
 		return Network{}, fmt.Errorf("network %q: %w", name, ErrNotFound)
 	}
 	return f.network, nil
@@ -199,7 +144,18 @@ func (f *Fake) ListEndpoints(ctx context.Context, networkID string) ([]Endpoint,
 
 // CreateRemoteEndpoint implements HNS.
 func (f *Fake) CreateRemoteEndpoint(ctx context.Context, networkID string, ep Endpoint) (Endpoint, error) {
-	if err := f.call(ctx, "CreateRemoteEndpoint", ep.IP.String()); err != nil {
+	ep.Remote = true
+	return f.createEndpoint(ctx, "CreateRemoteEndpoint", networkID, ep)
+}
+
+// CreateLocalEndpoint implements HNS.
+func (f *Fake) CreateLocalEndpoint(ctx context.Context, networkID string, ep Endpoint) (Endpoint, error) {
+	ep.Remote = false
+	return f.createEndpoint(ctx, "CreateLocalEndpoint", networkID, ep)
+}
+
+func (f *Fake) createEndpoint(ctx context.Context, method, networkID string, ep Endpoint) (Endpoint, error) {
+	if err := f.call(ctx, method, ep.IP.String()); err != nil {
 		return Endpoint{}, err
 	}
 	f.mu.Lock()
@@ -208,8 +164,8 @@ func (f *Fake) CreateRemoteEndpoint(ctx context.Context, networkID string, ep En
 	case networkID != f.network.ID:
 		return Endpoint{}, fmt.Errorf("network %s: %w", networkID, ErrNotFound)
 	case !ep.IP.IsValid():
-		return Endpoint{}, fmt.Errorf("remote endpoint without address: %w", ErrInvalid)
-	case f.network.Type == NetworkOverlay && !ep.ProviderAddress.IsValid():
+		return Endpoint{}, fmt.Errorf("endpoint without address: %w", ErrInvalid)
+	case ep.Remote && f.network.IsOverlay() && !ep.ProviderAddress.IsValid():
 		return Endpoint{}, fmt.Errorf("remote endpoint %s on an overlay network needs a provider address: %w", ep.IP, ErrInvalid)
 	}
 	for _, other := range f.eps {
@@ -218,8 +174,10 @@ func (f *Fake) CreateRemoteEndpoint(ctx context.Context, networkID string, ep En
 		}
 	}
 	ep.ID = f.newID()
-	ep.Remote = true
 	f.eps[ep.ID] = ep
+	if err := f.after(method, ep.IP.String()); err != nil {
+		return Endpoint{}, err
+	}
 	return ep, nil
 }
 
@@ -267,7 +225,10 @@ func (f *Fake) CreateLoadBalancer(ctx context.Context, lb LoadBalancer) (LoadBal
 	lb = cloneLB(lb)
 	lb.ID = f.newID()
 	f.lbs[lb.ID] = lb
-	return cloneLB(lb), nil
+	if err := f.after("CreateLoadBalancer", lb.Frontend()); err != nil {
+		return LoadBalancer{}, err
+	}
+	return readBack(lb), nil
 }
 
 // UpdateLoadBalancer implements HNS.
@@ -277,8 +238,8 @@ func (f *Fake) UpdateLoadBalancer(ctx context.Context, id string, lb LoadBalance
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.features.ModifyLoadBalancer {
-		return LoadBalancer{}, fmt.Errorf("modify load balancer %s: this HNS cannot modify load balancers: %w", id, ErrInvalid)
+	if !f.features.ModifyLoadBalancer || f.updateNotImpl {
+		return LoadBalancer{}, fmt.Errorf("modify load balancer %s: %w", id, ErrNotImplemented)
 	}
 	if _, ok := f.lbs[id]; !ok {
 		return LoadBalancer{}, fmt.Errorf("load balancer %s: %w", id, ErrNotFound)
@@ -289,7 +250,10 @@ func (f *Fake) UpdateLoadBalancer(ctx context.Context, id string, lb LoadBalance
 	lb = cloneLB(lb)
 	lb.ID = id
 	f.lbs[id] = lb
-	return cloneLB(lb), nil
+	if err := f.after("UpdateLoadBalancer", id); err != nil {
+		return LoadBalancer{}, err
+	}
+	return readBack(lb), nil
 }
 
 // DeleteLoadBalancer implements HNS.
@@ -316,6 +280,9 @@ func (f *Fake) validate(lb LoadBalancer, self string) error {
 	if lb.ExternalPort == 0 || lb.InternalPort == 0 {
 		return fmt.Errorf("load balancer %s: port 0: %w", fe, ErrInvalid)
 	}
+	if f.reserved[fmt.Sprintf("%s/%d", lb.Protocol, lb.ExternalPort)] {
+		return fmt.Errorf("load balancer %s: port reserved on the host (HCN_E_PORT_ALREADY_EXISTS): %w", fe, ErrDuplicateFrontend)
+	}
 	if lb.Flags.DSR && !f.features.DSR {
 		return fmt.Errorf("load balancer %s: DSR is not supported here: %w", fe, ErrInvalid)
 	}
@@ -340,22 +307,47 @@ func (f *Fake) validate(lb LoadBalancer, self string) error {
 		}
 	}
 	for id, other := range f.lbs {
-		if id == self || other.Protocol != lb.Protocol || other.ExternalPort != lb.ExternalPort {
+		if id == self || other.Protocol != lb.Protocol || other.ExternalPort != lb.ExternalPort || other.Flags.IPv6 != lb.Flags.IPv6 {
 			continue
 		}
-		for _, a := range other.FrontendVIPs {
-			for _, b := range lb.FrontendVIPs {
-				if a == b {
-					return fmt.Errorf("load balancer %s conflicts with %s (%s): %w", fe, id, other.Frontend(), ErrDuplicateFrontend)
-				}
-			}
+		if !overlaps(other.FrontendVIPs, lb.FrontendVIPs) {
+			continue
 		}
+		if self == "" && sameLB(other, lb) {
+			return fmt.Errorf("load balancer %s: identical to %s (ERROR_ALREADY_EXISTS): %w", fe, id, ErrAlreadyExists)
+		}
+		return fmt.Errorf("load balancer %s conflicts with %s (%s) (HCN_E_PORT_ALREADY_EXISTS): %w", fe, id, other.Frontend(), ErrDuplicateFrontend)
 	}
 	return nil
+}
+
+// overlaps reports whether two frontends share a VIP; two load balancers
+// without VIP (every host address) overlap as well.
+func overlaps(a, b []netip.Addr) bool {
+	if len(a) == 0 && len(b) == 0 {
+		return true
+	}
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			return true
+		}
+	}
+	return false
 }
 
 func cloneLB(lb LoadBalancer) LoadBalancer {
 	lb.FrontendVIPs = append([]netip.Addr(nil), lb.FrontendVIPs...)
 	lb.EndpointIDs = append([]string(nil), lb.EndpointIDs...)
+	return lb
+}
+
+// readBack is a load balancer as HNS reports it: endpoint ids upper-case and
+// in HNS' own order, not as they were sent.
+func readBack(lb LoadBalancer) LoadBalancer {
+	lb = cloneLB(lb)
+	for i, id := range lb.EndpointIDs {
+		lb.EndpointIDs[i] = strings.ToUpper(id)
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(lb.EndpointIDs)))
 	return lb
 }

@@ -12,19 +12,31 @@ import (
 	"strings"
 
 	"github.com/Microsoft/hcsshim/hcn"
+	"golang.org/x/sys/windows"
 )
 
 // HCN is the real HNS, reached through github.com/Microsoft/hcsshim/hcn. It
 // only converts between hcn's types and this package's; every decision is
 // made by the planner, differ and applier, which are tested with Fake.
+//
+// hcn's calls take no context and cannot be abandoned safely (HNS would
+// finish a create nobody records), so each method checks its context before
+// it calls HNS: a cancelled sync makes no further call.
 type HCN struct{}
+
+// portMappingFlagsVipExternalIP is HNS' port mapping flag 16, which hcn
+// v0.15.0 does not name (kube-proxy defines it the same way).
+const portMappingFlagsVipExternalIP hcn.LoadBalancerPortMappingFlags = 16
 
 var _ HNS = HCN{}
 
 // Features implements HNS from the HNS version and hcn's table of the
 // versions each feature needs. It asks HNS every time: hcn's own cached
 // query would remember a failure (HNS not started yet at boot) forever.
-func (HCN) Features(context.Context) (Features, error) {
+func (HCN) Features(ctx context.Context) (Features, error) {
+	if err := ctx.Err(); err != nil {
+		return Features{}, err
+	}
 	g, err := hcn.GetGlobals()
 	if err != nil {
 		return Features{}, fmt.Errorf("query HNS version: %w", mapErr(err))
@@ -35,6 +47,7 @@ func (HCN) Features(context.Context) (Features, error) {
 // featuresOf says what an HNS version supports.
 func featuresOf(v hcn.Version) Features {
 	return Features{
+		APIV2:              inRanges(v, hcn.V2ApiSupport),
 		DSR:                inRanges(v, hcn.DSRVersion),
 		IPv6DualStack:      inRanges(v, hcn.IPv6DualStackVersion),
 		ModifyLoadBalancer: inRanges(v, hcn.ModifyLoadbalancerVersion),
@@ -55,7 +68,10 @@ func inRanges(v hcn.Version, ranges hcn.VersionRanges) bool {
 }
 
 // GetNetwork implements HNS.
-func (HCN) GetNetwork(_ context.Context, name string) (Network, error) {
+func (HCN) GetNetwork(ctx context.Context, name string) (Network, error) {
+	if err := ctx.Err(); err != nil {
+		return Network{}, err
+	}
 	nw, err := hcn.GetNetworkByName(name)
 	if err != nil {
 		return Network{}, fmt.Errorf("get network %q: %w", name, mapErr(err))
@@ -65,7 +81,10 @@ func (HCN) GetNetwork(_ context.Context, name string) (Network, error) {
 
 // ListEndpoints implements HNS. An endpoint with several IP configurations
 // (dual-stack pods) is returned once per address, with the same id.
-func (HCN) ListEndpoints(_ context.Context, networkID string) ([]Endpoint, error) {
+func (HCN) ListEndpoints(ctx context.Context, networkID string) ([]Endpoint, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	eps, err := hcn.ListEndpointsOfNetwork(networkID)
 	if err != nil {
 		return nil, fmt.Errorf("list endpoints of network %s: %w", networkID, mapErr(err))
@@ -78,26 +97,43 @@ func (HCN) ListEndpoints(_ context.Context, networkID string) ([]Endpoint, error
 }
 
 // CreateRemoteEndpoint implements HNS.
-func (HCN) CreateRemoteEndpoint(_ context.Context, networkID string, ep Endpoint) (Endpoint, error) {
-	req, err := remoteEndpointToHCN(ep)
+func (HCN) CreateRemoteEndpoint(ctx context.Context, networkID string, ep Endpoint) (Endpoint, error) {
+	ep.Remote = true
+	return createEndpoint(ctx, networkID, ep)
+}
+
+// CreateLocalEndpoint implements HNS.
+func (HCN) CreateLocalEndpoint(ctx context.Context, networkID string, ep Endpoint) (Endpoint, error) {
+	ep.Remote = false
+	return createEndpoint(ctx, networkID, ep)
+}
+
+func createEndpoint(ctx context.Context, networkID string, ep Endpoint) (Endpoint, error) {
+	if err := ctx.Err(); err != nil {
+		return Endpoint{}, err
+	}
+	req, err := endpointToHCN(ep)
 	if err != nil {
 		return Endpoint{}, err
 	}
 	nw := &hcn.HostComputeNetwork{Id: networkID}
-	got, err := nw.CreateRemoteEndpoint(req)
+	got, err := nw.CreateEndpoint(req)
 	if err != nil {
-		return Endpoint{}, fmt.Errorf("create remote endpoint %s: %w", ep.IP, mapErr(err))
+		return Endpoint{}, fmt.Errorf("create endpoint %s: %w", ep.IP, mapErr(err))
 	}
 	for _, e := range endpointsFromHCN(got) {
 		if e.IP == ep.IP {
 			return e, nil
 		}
 	}
-	return Endpoint{}, fmt.Errorf("create remote endpoint %s: HNS returned endpoint %s without that address", ep.IP, got.Id)
+	return Endpoint{}, fmt.Errorf("create endpoint %s: HNS returned endpoint %s without that address", ep.IP, got.Id)
 }
 
 // DeleteEndpoint implements HNS.
-func (HCN) DeleteEndpoint(_ context.Context, id string) error {
+func (HCN) DeleteEndpoint(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := (&hcn.HostComputeEndpoint{Id: id}).Delete(); err != nil {
 		return fmt.Errorf("delete endpoint %s: %w", id, mapErr(err))
 	}
@@ -105,7 +141,10 @@ func (HCN) DeleteEndpoint(_ context.Context, id string) error {
 }
 
 // ListLoadBalancers implements HNS.
-func (HCN) ListLoadBalancers(context.Context) ([]LoadBalancer, error) {
+func (HCN) ListLoadBalancers(ctx context.Context) ([]LoadBalancer, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	lbs, err := hcn.ListLoadBalancers()
 	if err != nil {
 		return nil, fmt.Errorf("list load balancers: %w", mapErr(err))
@@ -118,7 +157,10 @@ func (HCN) ListLoadBalancers(context.Context) ([]LoadBalancer, error) {
 }
 
 // CreateLoadBalancer implements HNS.
-func (HCN) CreateLoadBalancer(_ context.Context, lb LoadBalancer) (LoadBalancer, error) {
+func (HCN) CreateLoadBalancer(ctx context.Context, lb LoadBalancer) (LoadBalancer, error) {
+	if err := ctx.Err(); err != nil {
+		return LoadBalancer{}, err
+	}
 	got, err := loadBalancerToHCN(lb).Create()
 	if err != nil {
 		return LoadBalancer{}, fmt.Errorf("create load balancer %s: %w", lb.Frontend(), mapErr(err))
@@ -127,7 +169,10 @@ func (HCN) CreateLoadBalancer(_ context.Context, lb LoadBalancer) (LoadBalancer,
 }
 
 // UpdateLoadBalancer implements HNS with HNS' in-place modify.
-func (HCN) UpdateLoadBalancer(_ context.Context, id string, lb LoadBalancer) (LoadBalancer, error) {
+func (HCN) UpdateLoadBalancer(ctx context.Context, id string, lb LoadBalancer) (LoadBalancer, error) {
+	if err := ctx.Err(); err != nil {
+		return LoadBalancer{}, err
+	}
 	got, err := loadBalancerToHCN(lb).Update(id)
 	if err != nil {
 		return LoadBalancer{}, fmt.Errorf("modify load balancer %s (%s): %w", lb.Frontend(), id, mapErr(err))
@@ -136,7 +181,10 @@ func (HCN) UpdateLoadBalancer(_ context.Context, id string, lb LoadBalancer) (Lo
 }
 
 // DeleteLoadBalancer implements HNS.
-func (HCN) DeleteLoadBalancer(_ context.Context, id string) error {
+func (HCN) DeleteLoadBalancer(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := (&hcn.HostComputeLoadBalancer{Id: id}).Delete(); err != nil {
 		return fmt.Errorf("delete load balancer %s: %w", id, mapErr(err))
 	}
@@ -154,12 +202,24 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
 	case hcn.IsPortAlreadyExistsError(err):
 		return fmt.Errorf("%w: %w", ErrDuplicateFrontend, err)
+	case hcn.IsNotImplemented(err):
+		return fmt.Errorf("%w: %w", ErrNotImplemented, err)
+	case isAlreadyExists(err):
+		return fmt.Errorf("%w: %w", ErrAlreadyExists, err)
 	}
 	return err
 }
 
+// isAlreadyExists recognises ERROR_ALREADY_EXISTS (0xb7), which HNS returns
+// for an object it already has; hcn has no helper, and kube-proxy matches the
+// code in the message as well.
+func isAlreadyExists(err error) bool {
+	return hcn.CheckErrorWithCode(err, hcn.ErrorCode(windows.ERROR_ALREADY_EXISTS)) || strings.Contains(err.Error(), "0xb7")
+}
+
 func networkFromHCN(nw *hcn.HostComputeNetwork) (Network, error) {
-	out := Network{ID: strings.ToLower(nw.Id), Name: nw.Name, Type: NetworkType(nw.Type)}
+	// The id stays as HNS gave it: it is passed back in HNS queries.
+	out := Network{ID: nw.Id, Name: nw.Name, Type: NetworkType(nw.Type)}
 	for _, p := range nw.Policies {
 		if p.Type != hcn.RemoteSubnetRoute {
 			continue
@@ -202,13 +262,17 @@ func endpointsFromHCN(ep *hcn.HostComputeEndpoint) []Endpoint {
 	return out
 }
 
-func remoteEndpointToHCN(ep Endpoint) (*hcn.HostComputeEndpoint, error) {
+// endpointToHCN converts an endpoint to create: a remote one (flagged) or a
+// local one (the overlay source VIP), both with their provider address.
+func endpointToHCN(ep Endpoint) (*hcn.HostComputeEndpoint, error) {
 	out := &hcn.HostComputeEndpoint{
 		Name:             ep.Name,
 		IpConfigurations: []hcn.IpConfig{{IpAddress: ep.IP.String()}},
 		MacAddress:       ep.MAC,
-		Flags:            hcn.EndpointFlagsRemoteEndpoint,
 		SchemaVersion:    hcn.V2SchemaVersion(),
+	}
+	if ep.Remote {
+		out.Flags = hcn.EndpointFlagsRemoteEndpoint
 	}
 	if ep.ProviderAddress.IsValid() {
 		s, err := json.Marshal(hcn.ProviderAddressEndpointPolicySetting{ProviderAddress: ep.ProviderAddress.String()})
@@ -245,6 +309,9 @@ func loadBalancerToHCN(lb LoadBalancer) *hcn.HostComputeLoadBalancer {
 	if lb.Flags.PreserveDIP {
 		pm.Flags |= hcn.LoadBalancerPortMappingFlagsPreserveDIP
 	}
+	if lb.Flags.VipExternalIP {
+		pm.Flags |= portMappingFlagsVipExternalIP
+	}
 	if lb.SourceIPAffinity {
 		pm.DistributionType = hcn.LoadBalancerDistributionSourceIP
 	}
@@ -277,6 +344,7 @@ func loadBalancerFromHCN(lb *hcn.HostComputeLoadBalancer) LoadBalancer {
 		out.InternalPort, out.ExternalPort = pm.InternalPort, pm.ExternalPort
 		out.Flags.LocalRoutedVIP = pm.Flags&hcn.LoadBalancerPortMappingFlagsLocalRoutedVIP != 0
 		out.Flags.PreserveDIP = pm.Flags&hcn.LoadBalancerPortMappingFlagsPreserveDIP != 0
+		out.Flags.VipExternalIP = pm.Flags&portMappingFlagsVipExternalIP != 0
 		out.SourceIPAffinity = pm.DistributionType == hcn.LoadBalancerDistributionSourceIP
 	}
 	return out

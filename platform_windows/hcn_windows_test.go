@@ -26,6 +26,8 @@ func TestHCNLoadBalancerRoundTrip(t *testing.T) {
 			SourceVIP: ip("10.244.1.2"), EndpointIDs: []string{"a", "b"}, Flags: LBFlags{DSR: true, LocalRoutedVIP: true}, SourceIPAffinity: true},
 		{ID: "def", Protocol: ProtocolUDP, FrontendVIPs: []netip.Addr{ip("fd00:96::10")}, ExternalPort: 53, InternalPort: 53,
 			EndpointIDs: []string{"c"}, Flags: LBFlags{IPv6: true, PreserveDIP: true}},
+		{ID: "ghi", Protocol: ProtocolTCP, ExternalPort: 30080, InternalPort: 8080,
+			EndpointIDs: []string{"d"}, Flags: LBFlags{LocalRoutedVIP: true, VipExternalIP: true}},
 	} {
 		h := loadBalancerToHCN(lb)
 		h.Id = lb.ID
@@ -41,8 +43,8 @@ func TestHCNLoadBalancerRoundTrip(t *testing.T) {
 			t.Fatalf("round trip of %s:\n got %+v\nwant %+v\njson %s", lb.Frontend(), got, lb, b)
 		}
 	}
-	h := loadBalancerToHCN(LoadBalancer{Flags: LBFlags{DSR: true, IPv6: true, LocalRoutedVIP: true}, SourceIPAffinity: true})
-	if h.Flags != hcn.LoadBalancerFlagsDSR|hcn.LoadBalancerFlagsIPv6 || h.PortMappings[0].Flags != hcn.LoadBalancerPortMappingFlagsLocalRoutedVIP ||
+	h := loadBalancerToHCN(LoadBalancer{Flags: LBFlags{DSR: true, IPv6: true, LocalRoutedVIP: true, VipExternalIP: true}, SourceIPAffinity: true})
+	if h.Flags != hcn.LoadBalancerFlagsDSR|hcn.LoadBalancerFlagsIPv6 || h.PortMappings[0].Flags != hcn.LoadBalancerPortMappingFlagsLocalRoutedVIP|16 ||
 		h.PortMappings[0].DistributionType != hcn.LoadBalancerDistributionSourceIP {
 		t.Fatalf("HNS bits: %+v", h)
 	}
@@ -53,7 +55,8 @@ func TestHCNNetworkAndEndpoints(t *testing.T) {
 	nw, err := networkFromHCN(&hcn.HostComputeNetwork{Id: "NET-ID", Name: "vxlan0", Type: hcn.Overlay, Policies: []hcn.NetworkPolicy{
 		{Type: hcn.RemoteSubnetRoute, Settings: s}, {Type: hcn.ProviderAddress, Settings: json.RawMessage(`{"ProviderAddress":"192.168.0.11"}`)},
 	}})
-	want := Network{ID: "net-id", Name: "vxlan0", Type: NetworkOverlay, RemoteSubnets: []RemoteSubnet{{netip.MustParsePrefix("10.244.2.0/24"), ip("192.168.0.12")}}}
+	// The id stays as HNS wrote it: HNS queries take it back.
+	want := Network{ID: "NET-ID", Name: "vxlan0", Type: NetworkOverlay, RemoteSubnets: []RemoteSubnet{{netip.MustParsePrefix("10.244.2.0/24"), ip("192.168.0.12")}}}
 	if err != nil || !reflect.DeepEqual(nw, want) {
 		t.Fatalf("network %+v %v", nw, err)
 	}
@@ -61,7 +64,11 @@ func TestHCNNetworkAndEndpoints(t *testing.T) {
 		t.Fatal("a malformed remote subnet must be an error")
 	}
 
-	req, err := remoteEndpointToHCN(Endpoint{Name: RemoteEndpointPrefix + "10.244.2.7", IP: ip("10.244.2.7"), ProviderAddress: ip("192.168.0.12"), MAC: "02-11-0a-f4-02-07"})
+	local, err := endpointToHCN(Endpoint{Name: SourceVIPEndpointName, IP: ip("10.244.1.2"), ProviderAddress: ip("192.168.0.11"), MAC: hostMAC})
+	if err != nil || local.Flags&hcn.EndpointFlagsRemoteEndpoint != 0 || len(local.Policies) != 1 || local.MacAddress != hostMAC {
+		t.Fatalf("source VIP endpoint: %+v %v", local, err)
+	}
+	req, err := endpointToHCN(Endpoint{Name: RemoteEndpointPrefix + "10.244.2.7", IP: ip("10.244.2.7"), Remote: true, ProviderAddress: ip("192.168.0.12"), MAC: "02-11-0a-f4-02-07"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +86,9 @@ func TestHCNNetworkAndEndpoints(t *testing.T) {
 func TestHCNErrorMapping(t *testing.T) {
 	if err := mapErr(hcn.LoadBalancerNotFoundError{LoadBalancerId: "x"}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("not found: %v", err)
+	}
+	if err := mapErr(errors.New("hcnCreateLoadBalancer failed in Win32: Cannot create a file when that file already exists. (0xb7)")); !errors.Is(err, ErrAlreadyExists) {
+		t.Fatalf("0xb7: %v", err)
 	}
 	other := errors.New("other")
 	if err := mapErr(other); err != other {
@@ -105,6 +115,29 @@ func TestHCNBackendFailsCleanly(t *testing.T) {
 	}
 }
 
+// TestHCNHonoursContext: a cancelled context stops every hcn method before
+// it calls HNS.
+func TestHCNHonoursContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	h := HCN{}
+	_, e1 := h.Features(ctx)
+	_, e2 := h.GetNetwork(ctx, "x")
+	_, e3 := h.ListEndpoints(ctx, "x")
+	_, e4 := h.CreateRemoteEndpoint(ctx, "x", Endpoint{IP: ip("10.244.2.7")})
+	_, e5 := h.CreateLocalEndpoint(ctx, "x", Endpoint{IP: ip("10.244.1.2")})
+	e6 := h.DeleteEndpoint(ctx, "x")
+	_, e7 := h.ListLoadBalancers(ctx)
+	_, e8 := h.CreateLoadBalancer(ctx, LoadBalancer{})
+	_, e9 := h.UpdateLoadBalancer(ctx, "x", LoadBalancer{})
+	e10 := h.DeleteLoadBalancer(ctx, "x")
+	for i, err := range []error{e1, e2, e3, e4, e5, e6, e7, e8, e9, e10} {
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("method %d: %v, want context.Canceled", i+1, err)
+		}
+	}
+}
+
 // TestHCNFeaturesOfVersion checks feature detection against hcn's version table.
 func TestHCNFeaturesOfVersion(t *testing.T) {
 	for _, c := range []struct {
@@ -112,11 +145,11 @@ func TestHCNFeaturesOfVersion(t *testing.T) {
 		want Features
 	}{
 		{hcn.Version{Major: 9, Minor: 1}, Features{}},
-		{hcn.Version{Major: 9, Minor: 3}, Features{DSR: true, RemoteSubnet: true}},
-		{hcn.Version{Major: 10, Minor: 1}, Features{RemoteSubnet: true}}, // DSR came back in 10.2
-		{hcn.Version{Major: 12, Minor: 0}, Features{DSR: true, RemoteSubnet: true, IPv6DualStack: true, SessionAffinity: true}},
-		{hcn.Version{Major: 15, Minor: 3}, Features{DSR: true, RemoteSubnet: true, IPv6DualStack: true, SessionAffinity: true}},
-		{hcn.Version{Major: 15, Minor: 4}, AllFeatures},
+		{hcn.Version{Major: 9, Minor: 3}, Features{APIV2: true, DSR: true, RemoteSubnet: true}},
+		{hcn.Version{Major: 10, Minor: 1}, Features{APIV2: true, RemoteSubnet: true}}, // DSR came back in 10.2
+		{hcn.Version{Major: 12, Minor: 0}, Features{APIV2: true, DSR: true, RemoteSubnet: true, IPv6DualStack: true, SessionAffinity: true}},
+		{hcn.Version{Major: 15, Minor: 3}, Features{APIV2: true, DSR: true, RemoteSubnet: true, IPv6DualStack: true, SessionAffinity: true}},
+		{hcn.Version{Major: 15, Minor: 4}, AllFeatures()},
 	} {
 		if got := featuresOf(c.v); got != c.want {
 			t.Errorf("HNS %d.%d: got %+v, want %+v", c.v.Major, c.v.Minor, got, c.want)

@@ -79,6 +79,9 @@ var overlay = Network{Name: "vxlan0", Type: NetworkOverlay, RemoteSubnets: []Rem
 	{Prefix: netip.MustParsePrefix("fd00:2::/64"), ProviderAddress: ip("192.168.0.12")},
 }}
 
+// l2bridge is an L2Bridge network: remote endpoints need no provider address.
+var l2bridge = Network{Name: "cbr0", Type: NetworkL2Bridge}
+
 func mustEqual(t *testing.T, got, want string) {
 	t.Helper()
 	if got != want {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -45,13 +47,26 @@ func (o Owner) Service() types.NamespacedName {
 type LedgerData struct {
 	// LoadBalancers maps an HNS load balancer id to its owner.
 	LoadBalancers map[string]Owner `json:"loadBalancers"`
+	// Frontends maps an owned load balancer's id to its frontend, so a load
+	// balancer HNS restored under a new id (after an HNS restart) is
+	// recognised as crossproxy's.
+	Frontends map[string]string `json:"frontends,omitempty"`
 	// Pending maps the frontend of a load balancer being created to its
-	// owner. It is written before the create call, so a load balancer
-	// created just before a crash is recognised (adopted) by its frontend.
-	Pending map[string]Owner `json:"pending,omitempty"`
+	// owner. It is written before the create call and kept when the create
+	// fails, so a load balancer HNS made just before a crash or a failed
+	// reply is recognised (adopted) by its frontend at the next full sync.
+	Pending map[string]PendingLB `json:"pending,omitempty"`
 	// Network is the HNS network of the last sync, so cleanup finds
 	// crossproxy's remote endpoints without being told the network.
 	Network string `json:"network,omitempty"`
+}
+
+// PendingLB is a load balancer create in progress (or failed).
+type PendingLB struct {
+	Owner
+	// Foreign are the ids of load balancers crossproxy does not own that held
+	// the frontend when the entry was written: never adopted by it.
+	Foreign []string `json:"foreign,omitempty"`
 }
 
 // Ledger stores LedgerData between runs.
@@ -120,12 +135,22 @@ func (l *MemoryLedger) Save(d LedgerData) error {
 }
 
 func copyLedger(d LedgerData) LedgerData {
-	out := LedgerData{LoadBalancers: map[string]Owner{}, Pending: map[string]Owner{}, Network: d.Network}
-	for k, v := range d.LoadBalancers {
-		out.LoadBalancers[k] = v
+	out := LedgerData{LoadBalancers: maps.Clone(d.LoadBalancers), Frontends: maps.Clone(d.Frontends), Pending: map[string]PendingLB{}, Network: d.Network}
+	if out.LoadBalancers == nil {
+		out.LoadBalancers = map[string]Owner{}
+	}
+	if out.Frontends == nil {
+		out.Frontends = map[string]string{}
 	}
 	for k, v := range d.Pending {
+		v.Foreign = slices.Clone(v.Foreign)
 		out.Pending[k] = v
 	}
 	return out
+}
+
+// equalLedgers reports whether two ledgers hold the same records.
+func equalLedgers(a, b LedgerData) bool {
+	return a.Network == b.Network && maps.Equal(a.LoadBalancers, b.LoadBalancers) && maps.Equal(a.Frontends, b.Frontends) &&
+		maps.EqualFunc(a.Pending, b.Pending, func(x, y PendingLB) bool { return x.Owner == y.Owner && slices.Equal(x.Foreign, y.Foreign) })
 }

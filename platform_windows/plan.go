@@ -13,17 +13,28 @@ import (
 	"github.com/crossproxy/crossproxy/core"
 )
 
-// PlanOptions are the node facts the planner needs beyond the NodeState.
+// PlanOptions are the node facts the planner needs beyond the NodeState:
+// the options `run` takes on Windows and what the backend reads from HNS.
 type PlanOptions struct {
 	// Network decides how remote endpoints are addressed (overlay needs a
 	// provider address from its remote subnets).
 	Network Network
 	// Features are what this HNS can do; the planner leaves out or notes what it cannot.
 	Features Features
-	// SourceVIP is set on every load balancer (overlay networks need it).
+	// SourceVIP is the overlay source VIP (--source-vip); on L2Bridge networks
+	// load balancers get none, as kube-proxy's.
 	SourceVIP netip.Addr
-	// EnableDSR asks for direct server return where HNS supports it.
+	// EnableDSR asks for direct server return on ClusterIP load balancers
+	// (NodePort, ExternalIP and LoadBalancer ingress use DSR exactly when
+	// externalTrafficPolicy is Local, as kube-proxy's).
 	EnableDSR bool
+	// NodeIP is this node's address; if invalid, the NodeState's first node
+	// address of the planned family. Overlay networks use it as provider
+	// address of endpoints off the pod network and as their source VIP.
+	NodeIP netip.Addr
+	// HostMAC is the MAC of the host interface with NodeIP (overlay: the
+	// source VIP endpoint and the ClusterIP remote endpoints use it).
+	HostMAC string
 }
 
 // PlannedLB is one load balancer the NodeState needs, with its endpoints as
@@ -50,9 +61,55 @@ type Notice struct {
 type Plan struct {
 	// LoadBalancers sorted by owner, then frontend.
 	LoadBalancers []PlannedLB
-	// RemoteEndpoints the load balancers need, sorted by IP.
+	// RemoteEndpoints the load balancers need, sorted by IP; on overlay
+	// networks also one per ClusterIP (host MAC, this node's provider
+	// address), as kube-proxy creates.
 	RemoteEndpoints []Endpoint
-	Notices         []Notice
+	// SourceVIPEndpoint is the local endpoint the overlay source VIP needs
+	// (host MAC, this node's provider address); nil on L2Bridge.
+	SourceVIPEndpoint *Endpoint
+	Notices           []Notice
+}
+
+// OverlayPrerequisites says why an overlay node cannot be programmed, as
+// kube-proxy refuses to start: overlay load balancers need a source VIP,
+// HNS' remote subnet support, and the node's address (checked only with a
+// state). It is nil on L2Bridge.
+func OverlayPrerequisites(opts PlanOptions, state *core.NodeState) error {
+	if !opts.Network.IsOverlay() {
+		return nil
+	}
+	var missing []string
+	if !opts.SourceVIP.IsValid() {
+		missing = append(missing, "a source VIP (flag --source-vip)")
+	}
+	if !opts.Features.RemoteSubnet {
+		missing = append(missing, "HNS remote subnet support (Windows Server 2019 or later)")
+	}
+	if state != nil && !opts.nodeIP(state).IsValid() {
+		missing = append(missing, "the node's address (the Node has none)")
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("overlay network %q needs %s: %w", opts.Network.Name, strings.Join(missing, ", "), ErrInvalid)
+}
+
+// nodeIP is NodeIP, or the first node address of the overlay family (the
+// NodeIP's, IPv4 by default).
+func (o PlanOptions) nodeIP(state *core.NodeState) netip.Addr {
+	if o.NodeIP.IsValid() {
+		return o.NodeIP
+	}
+	for _, a := range state.Node.Addresses {
+		if a.Is4() {
+			return a
+		}
+	}
+	if len(state.Node.Addresses) > 0 {
+		return state.Node.Addresses[0]
+	}
+	return netip.Addr{}
 }
 
 // PlanState plans every port of state.
@@ -68,61 +125,89 @@ func PlanState(state *core.NodeState, opts PlanOptions) Plan {
 // from state plan to nothing, which removes their load balancers.
 func PlanPorts(state *core.NodeState, keys []core.PortKey, opts PlanOptions) Plan {
 	sortKeys(keys)
-	var plan Plan
-	remotes := map[netip.Addr]Endpoint{}
-	frontends := map[string]core.PortKey{}
+	pl := planner{opts: opts, state: state, nodeIP: opts.nodeIP(state),
+		remotes: map[netip.Addr]Endpoint{}, frontends: map[string]core.PortKey{}}
+	if opts.Network.IsOverlay() && opts.SourceVIP.IsValid() {
+		pl.plan.SourceVIPEndpoint = &Endpoint{Name: SourceVIPEndpointName, IP: opts.SourceVIP, MAC: opts.HostMAC, ProviderAddress: pl.nodeIP}
+	}
 	for _, k := range keys {
-		p := state.Ports[k]
-		if p == nil {
+		if p := state.Ports[k]; p != nil {
+			pl.port(k, p)
+		}
+	}
+	for _, ep := range pl.remotes {
+		pl.plan.RemoteEndpoints = append(pl.plan.RemoteEndpoints, ep)
+	}
+	sort.Slice(pl.plan.RemoteEndpoints, func(i, j int) bool {
+		return pl.plan.RemoteEndpoints[i].IP.Less(pl.plan.RemoteEndpoints[j].IP)
+	})
+	return pl.plan
+}
+
+// planner accumulates one plan.
+type planner struct {
+	opts      PlanOptions
+	state     *core.NodeState
+	nodeIP    netip.Addr
+	plan      Plan
+	remotes   map[netip.Addr]Endpoint
+	frontends map[string]core.PortKey
+}
+
+func (pl *planner) notice(n Notice) {
+	// The families of one port share their notices.
+	if !slices.Contains(pl.plan.Notices, n) {
+		pl.plan.Notices = append(pl.plan.Notices, n)
+	}
+}
+
+// port plans one Service port: its overlay ClusterIP remote endpoint, its
+// load balancers, and the remote endpoints they use.
+func (pl *planner) port(k core.PortKey, p *core.ServicePort) {
+	overlay := pl.opts.Network.IsOverlay()
+	if overlay && p.ClusterIP.IsValid() && pl.familyOK(p) {
+		// kube-proxy gives every ClusterIP a remote endpoint on overlay
+		// networks (host MAC, this node as provider address).
+		pl.remotes[p.ClusterIP] = Endpoint{Name: RemoteEndpointPrefix + p.ClusterIP.String(), IP: p.ClusterIP, Remote: true,
+			MAC: pl.opts.HostMAC, ProviderAddress: pl.nodeIP}
+	}
+	lbs, notices := pl.planPort(p)
+	for _, n := range notices {
+		pl.notice(n)
+	}
+	for _, lb := range lbs {
+		f := lb.LB.Frontend()
+		if other, dup := pl.frontends[f]; dup {
+			pl.plan.Notices = append(pl.plan.Notices, Notice{k.Service, "FrontendConflict",
+				fmt.Sprintf("%s %s is already used by %s; HNS allows one load balancer per frontend", lb.Kind, f, other)})
 			continue
 		}
-		lbs, notices := planPort(p, opts)
-		for _, n := range notices {
-			// The families of one port share their notices.
-			if !slices.Contains(plan.Notices, n) {
-				plan.Notices = append(plan.Notices, n)
-			}
-		}
-		for _, lb := range lbs {
-			f := lb.LB.Frontend()
-			if other, dup := frontends[f]; dup {
-				plan.Notices = append(plan.Notices, Notice{k.Service, "FrontendConflict",
-					fmt.Sprintf("%s %s is already used by %s; HNS allows one load balancer per frontend", lb.Kind, f, other)})
-				continue
-			}
-			frontends[f] = k
-			kept := lb.Endpoints[:0:0]
-			for _, ip := range lb.Endpoints {
-				if !lb.Remote[ip] {
-					kept = append(kept, ip)
-					continue
+		pl.frontends[f] = k
+		kept := lb.Endpoints[:0:0]
+		for _, ip := range lb.Endpoints {
+			if lb.Remote[ip] {
+				if _, ok := pl.remotes[ip]; !ok {
+					pl.remotes[ip] = pl.remoteEndpoint(ip)
 				}
-				ep, ok := remotes[ip]
-				if !ok {
-					var err error
-					ep, err = remoteEndpoint(ip, opts.Network)
-					if err != nil {
-						plan.Notices = append(plan.Notices, Notice{k.Service, "RemoteEndpoint", err.Error()})
-						continue
-					}
-					remotes[ip] = ep
-				}
-				kept = append(kept, ip)
 			}
-			if len(kept) == 0 {
-				continue
-			}
-			lb.Endpoints = kept
-			plan.LoadBalancers = append(plan.LoadBalancers, lb)
+			kept = append(kept, ip)
 		}
+		lb.Endpoints = kept
+		pl.plan.LoadBalancers = append(pl.plan.LoadBalancers, lb)
 	}
-	for _, ep := range remotes {
-		plan.RemoteEndpoints = append(plan.RemoteEndpoints, ep)
+}
+
+// familyOK reports whether the port's family is programmed: overlay networks
+// carry one family, the node address's (kube-proxy disables dual-stack there).
+func (pl *planner) familyOK(p *core.ServicePort) bool {
+	if !pl.opts.Network.IsOverlay() {
+		return true
 	}
-	sort.Slice(plan.RemoteEndpoints, func(i, j int) bool {
-		return plan.RemoteEndpoints[i].IP.Less(plan.RemoteEndpoints[j].IP)
-	})
-	return plan
+	v6 := p.Key.Family == v1.IPv6Protocol
+	if pl.nodeIP.IsValid() {
+		return pl.nodeIP.Is6() == v6
+	}
+	return !v6
 }
 
 func sortKeys(keys []core.PortKey) {
@@ -130,8 +215,10 @@ func sortKeys(keys []core.PortKey) {
 }
 
 // planPort turns one Service port into its load balancers: one per ClusterIP,
-// ExternalIP and LoadBalancer ingress frontend, one for all NodePort addresses.
-func planPort(p *core.ServicePort, opts PlanOptions) ([]PlannedLB, []Notice) {
+// ExternalIP and LoadBalancer ingress frontend, one without VIP (every host
+// address) for the NodePort.
+func (pl *planner) planPort(p *core.ServicePort) ([]PlannedLB, []Notice) {
+	opts := pl.opts
 	svc := p.Key.Service
 	var notices []Notice
 	note := func(feature, format string, args ...any) {
@@ -149,6 +236,10 @@ func planPort(p *core.ServicePort, opts PlanOptions) ([]PlannedLB, []Notice) {
 	}
 	ipv6 := p.Key.Family == v1.IPv6Protocol
 	p = familyOnly(p)
+	if !pl.familyOK(p) {
+		note("DualStackOverlay", "port %s: overlay networks carry one IP family (kube-proxy disables dual-stack there); the %s frontends are not proxied", p.Key.PortName, p.Key.Family)
+		return nil, notices
+	}
 	if ipv6 && !opts.Features.IPv6DualStack {
 		note("IPv6", "port %s: this HNS does not support IPv6 load balancers; the IPv6 frontends are not proxied", p.Key.PortName)
 		return nil, notices
@@ -162,7 +253,6 @@ func planPort(p *core.ServicePort, opts PlanOptions) ([]PlannedLB, []Notice) {
 			note("SessionAffinity", "port %s: this HNS does not support session affinity; connections are spread without ClientIP affinity", p.Key.PortName)
 		}
 	}
-	dsr := opts.EnableDSR && opts.Features.DSR
 	hasLB, hasExternal := false, false
 	for _, f := range p.Frontends {
 		hasLB = hasLB || f.Kind == core.FrontendLoadBalancer
@@ -171,54 +261,123 @@ func planPort(p *core.ServicePort, opts PlanOptions) ([]PlannedLB, []Notice) {
 	if len(p.SourceRanges) > 0 && hasLB {
 		note("LoadBalancerSourceRanges", "port %s: HNS load balancers cannot filter clients by source; loadBalancerSourceRanges %s are not enforced", p.Key.PortName, prefixes(p.SourceRanges))
 	}
-	if p.ExternalPolicyLocal && !dsr && hasExternal {
-		note("ExternalTrafficPolicyLocalSourceIP", "port %s: externalTrafficPolicy Local uses only this node's endpoints, but without DSR HNS does not preserve the client source address", p.Key.PortName)
+	// DSR as kube-proxy: ClusterIP with --enable-dsr; external frontends
+	// exactly when externalTrafficPolicy is Local (the client address is kept).
+	clusterDSR := opts.EnableDSR && opts.Features.DSR
+	externalDSR := p.ExternalPolicyLocal && opts.Features.DSR
+	if p.ExternalPolicyLocal && !externalDSR && hasExternal {
+		note("ExternalTrafficPolicyLocalSourceIP", "port %s: externalTrafficPolicy Local uses only this node's endpoints, but this HNS has no DSR, so the client source address is not preserved", p.Key.PortName)
 	}
+	internal := pl.usable(p.InternalEndpoints(), note)
+	external := pl.usable(p.ExternalEndpoints(), note)
+	sourceVIP := pl.sourceVIP(internal, external)
 
-	base := LoadBalancer{Protocol: proto, SourceVIP: opts.SourceVIP, Flags: LBFlags{DSR: dsr, IPv6: ipv6}, SourceIPAffinity: affinity}
+	base := LoadBalancer{Protocol: proto, SourceVIP: sourceVIP, Flags: LBFlags{IPv6: ipv6}, SourceIPAffinity: affinity}
 	var lbs []PlannedLB
-	emit := func(kind core.FrontendKind, vips []netip.Addr, port uint16, eps []core.Endpoint, verdict core.Verdict, localRouted bool) {
+	emit := func(kind core.FrontendKind, vips []netip.Addr, port uint16, eps []core.Endpoint, verdict core.Verdict, flags LBFlags) {
 		if len(eps) == 0 {
 			if verdict == core.VerdictReject {
 				note("RejectWithoutEndpoints", "port %s %s: the Service has no endpoints; HNS cannot reject, so connections time out instead of being refused", p.Key.PortName, kind)
 			}
 			return
 		}
-		internal, used, skipped := targetPortGroup(eps)
+		internalPort, used, skipped := targetPortGroup(eps)
 		if len(skipped) > 0 {
-			note("MixedTargetPorts", "port %s %s: an HNS load balancer has one internal port; %d endpoints on port %d are used, %s are not", p.Key.PortName, kind, len(used), internal, strings.Join(skipped, " "))
+			note("MixedTargetPorts", "port %s %s: an HNS load balancer has one internal port; %d endpoints on port %d are used, %s are not", p.Key.PortName, kind, len(used), internalPort, strings.Join(skipped, " "))
 		}
 		lb := base
 		lb.FrontendVIPs = vips
 		lb.ExternalPort = port
-		lb.InternalPort = internal
-		lb.Flags.LocalRoutedVIP = localRouted
-		pl := PlannedLB{Owner: p.Key, Kind: kind, LB: lb, Remote: map[netip.Addr]bool{}}
+		lb.InternalPort = internalPort
+		lb.Flags = flags
+		lb.Flags.IPv6 = ipv6
+		plb := PlannedLB{Owner: p.Key, Kind: kind, LB: lb, Remote: map[netip.Addr]bool{}}
 		for _, e := range used {
-			pl.Endpoints = append(pl.Endpoints, e.Addr)
+			plb.Endpoints = append(plb.Endpoints, e.Addr)
 			if !e.Local {
-				pl.Remote[e.Addr] = true
+				plb.Remote[e.Addr] = true
 			}
 		}
-		sort.Slice(pl.Endpoints, func(i, j int) bool { return pl.Endpoints[i].Less(pl.Endpoints[j]) })
-		lbs = append(lbs, pl)
+		sort.Slice(plb.Endpoints, func(i, j int) bool { return plb.Endpoints[i].Less(plb.Endpoints[j]) })
+		lbs = append(lbs, plb)
 	}
-	var nodePortVIPs []netip.Addr
+	nodePort := false
 	for _, f := range p.Frontends {
 		switch f.Kind {
 		case core.FrontendClusterIP:
-			emit(f.Kind, []netip.Addr{f.Addr}, f.Port, p.InternalEndpoints(), p.InternalEmpty, true)
+			emit(f.Kind, []netip.Addr{f.Addr}, f.Port, internal, p.InternalEmpty, LBFlags{DSR: clusterDSR})
 		case core.FrontendNodePort:
-			nodePortVIPs = append(nodePortVIPs, f.Addr)
+			nodePort = true
 		default:
-			emit(f.Kind, []netip.Addr{f.Addr}, f.Port, p.ExternalEndpoints(), p.ExternalEmpty, false)
+			emit(f.Kind, []netip.Addr{f.Addr}, f.Port, external, p.ExternalEmpty, LBFlags{DSR: externalDSR, VipExternalIP: true})
 		}
 	}
-	if len(nodePortVIPs) > 0 {
-		sort.Slice(nodePortVIPs, func(i, j int) bool { return nodePortVIPs[i].Less(nodePortVIPs[j]) })
-		emit(core.FrontendNodePort, nodePortVIPs, p.NodePort, p.ExternalEndpoints(), p.ExternalEmpty, true)
+	if nodePort {
+		// No VIP: HNS serves the NodePort on every host address, as kube-proxy's.
+		emit(core.FrontendNodePort, nil, p.NodePort, external, p.ExternalEmpty, LBFlags{DSR: externalDSR, LocalRoutedVIP: true, VipExternalIP: true})
 	}
 	return lbs, notices
+}
+
+// usable leaves out the local endpoints at this node's own address
+// (hostNetwork pods): HNS has no endpoint for them, and kube-proxy skips them
+// too. Waiting for one would retry the port forever.
+func (pl *planner) usable(eps []core.Endpoint, note func(feature, format string, args ...any)) []core.Endpoint {
+	host := func(e core.Endpoint) bool {
+		return e.Local && (e.Addr == pl.nodeIP || slices.Contains(pl.state.Node.Addresses, e.Addr))
+	}
+	if !slices.ContainsFunc(eps, host) {
+		return eps
+	}
+	var out []core.Endpoint
+	for _, e := range eps {
+		if host(e) {
+			note("HostNetworkEndpoint", "endpoint %s is this node's own address (a hostNetwork pod): HNS has no endpoint for it, so this node does not use it (as kube-proxy)", e.Addr)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// sourceVIP picks a load balancer's source VIP as kube-proxy does: none on
+// L2Bridge; on overlay the node IP when an endpoint is off the pod network
+// (no remote subnet holds it) or is another node's own address, else the
+// configured source VIP.
+func (pl *planner) sourceVIP(sets ...[]core.Endpoint) netip.Addr {
+	nw := pl.opts.Network
+	if !nw.IsOverlay() {
+		return netip.Addr{}
+	}
+	for _, eps := range sets {
+		for _, e := range eps {
+			if e.Local {
+				continue
+			}
+			if _, inSubnet := nw.providerAddress(e.Addr); !inSubnet || nw.isProviderAddress(e.Addr) {
+				return pl.nodeIP
+			}
+		}
+	}
+	return pl.opts.SourceVIP
+}
+
+// remoteEndpoint describes the HNS remote endpoint for an endpoint on
+// another node. Overlay networks route it to the provider address of the
+// remote subnet that holds it, or of the node it is the address of; an
+// address outside the pod network (API server, an external backend) goes out
+// through this node, as kube-proxy. L2Bridge networks reach it directly.
+func (pl *planner) remoteEndpoint(ip netip.Addr) Endpoint {
+	ep := Endpoint{Name: RemoteEndpointPrefix + ip.String(), IP: ip, Remote: true, MAC: conjureMAC(ip)}
+	if !pl.opts.Network.IsOverlay() {
+		return ep
+	}
+	pa, ok := pl.opts.Network.providerAddress(ip)
+	if !ok {
+		pa = pl.nodeIP
+	}
+	ep.ProviderAddress = pa
+	return ep
 }
 
 // familyOnly returns p, or a copy without the frontends and endpoints whose
@@ -293,32 +452,23 @@ func targetPortGroup(eps []core.Endpoint) (uint16, []core.Endpoint, []string) {
 	return best, used, skipped
 }
 
-// remoteEndpoint describes the HNS remote endpoint for a pod on another node.
-// Overlay networks route it to the provider address of the remote subnet that
-// holds it; L2Bridge networks reach it directly.
-func remoteEndpoint(ip netip.Addr, nw Network) (Endpoint, error) {
-	ep := Endpoint{Name: RemoteEndpointPrefix + ip.String(), IP: ip, Remote: true, MAC: conjureMAC(ip)}
-	if nw.Type != NetworkOverlay {
-		return ep, nil
-	}
-	for _, s := range nw.RemoteSubnets {
-		if s.Prefix.Contains(ip) {
-			ep.ProviderAddress = s.ProviderAddress
-			return ep, nil
-		}
-	}
-	return ep, fmt.Errorf("endpoint %s is in no remote subnet of overlay network %q; it is not used until the CNI adds its node's subnet", ip, nw.Name)
-}
-
 // RemoteEndpointPrefix begins the HNS name of every remote endpoint crossproxy
 // creates; it is how crossproxy recognises its own remote endpoints.
 const RemoteEndpointPrefix = "crossproxy-remote-"
 
-// conjureMAC derives a stable locally administered MAC from an IPv4 address,
-// as HNS remote endpoints need one; IPv6 endpoints use the low four bytes.
+// SourceVIPEndpointName is the HNS name of the overlay source VIP endpoint
+// crossproxy creates when the network has none.
+const SourceVIPEndpointName = "crossproxy-source-vip"
+
+// conjureMAC derives a stable locally administered MAC from an address, as
+// HNS remote endpoints need one: the IPv4 bytes in order, for IPv6 the last
+// four bytes in reverse, as kube-proxy's conjureMac.
 func conjureMAC(ip netip.Addr) string {
 	b := ip.As16()
-	return fmt.Sprintf("02-11-%02x-%02x-%02x-%02x", b[12], b[13], b[14], b[15])
+	if ip.Is4() || ip.Is4In6() {
+		return fmt.Sprintf("02-11-%02x-%02x-%02x-%02x", b[12], b[13], b[14], b[15])
+	}
+	return fmt.Sprintf("02-11-%02x-%02x-%02x-%02x", b[15], b[14], b[13], b[12])
 }
 
 func prefixes(ps []netip.Prefix) string {

@@ -13,7 +13,7 @@ import (
 // TestPlanParity has one case per row of the parity table in README.md: it
 // plans a NodeState and compares the whole rendered plan.
 func TestPlanParity(t *testing.T) {
-	all := PlanOptions{Network: overlay, Features: AllFeatures, SourceVIP: ip("10.244.1.2")}
+	all := PlanOptions{Network: overlay, NodeIP: ip("192.168.0.11"), HostMAC: hostMAC, Features: AllFeatures(), SourceVIP: ip("10.244.1.2")}
 	two := []core.Endpoint{local("10.244.1.5", 8080), remote("10.244.2.7", 8080)}
 	cases := []struct {
 		name  string
@@ -24,17 +24,21 @@ func TestPlanParity(t *testing.T) {
 		name:  "ClusterIP",
 		opts:  all,
 		ports: []*core.ServicePort{port("web", "10.96.0.10", two)},
-		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 0 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=LocalRoutedVIP sourceVIP=10.244.1.2
+		want: `# HNS plan: 1 load balancers, 2 remote endpoints, 0 unsupported
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=none sourceVIP=10.244.1.2
+source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 `,
 	}, {
 		name:  "NodePort",
 		opts:  all,
 		ports: []*core.ServicePort{port("web", "10.96.0.10", two, withNodePort(30080, "192.168.0.11", "10.0.0.11"))},
-		want: `# HNS plan: 2 load balancers, 1 remote endpoints, 0 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=LocalRoutedVIP sourceVIP=10.244.1.2
-lb default/web:http/TCP/v4 NodePort 10.0.0.11,192.168.0.11:30080 -> :8080 [10.244.1.5 10.244.2.7*] flags=LocalRoutedVIP sourceVIP=10.244.1.2
+		want: `# HNS plan: 2 load balancers, 2 remote endpoints, 0 unsupported
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=none sourceVIP=10.244.1.2
+lb default/web:http/TCP/v4 NodePort *:30080 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=LocalRoutedVIP,VipExternalIP sourceVIP=10.244.1.2
+source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 `,
 	}, {
@@ -42,10 +46,12 @@ remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 		opts: all,
 		ports: []*core.ServicePort{port("web", "10.96.0.10", two,
 			withFrontend(core.FrontendExternalIP, "203.0.113.5"), withFrontend(core.FrontendLoadBalancer, "198.51.100.9"))},
-		want: `# HNS plan: 3 load balancers, 1 remote endpoints, 0 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=LocalRoutedVIP sourceVIP=10.244.1.2
-lb default/web:http/TCP/v4 ExternalIP 203.0.113.5:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none sourceVIP=10.244.1.2
-lb default/web:http/TCP/v4 LoadBalancer 198.51.100.9:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none sourceVIP=10.244.1.2
+		want: `# HNS plan: 3 load balancers, 2 remote endpoints, 0 unsupported
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=none sourceVIP=10.244.1.2
+lb default/web:http/TCP/v4 ExternalIP 203.0.113.5:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=VipExternalIP sourceVIP=10.244.1.2
+lb default/web:http/TCP/v4 LoadBalancer 198.51.100.9:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=VipExternalIP sourceVIP=10.244.1.2
+source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 `,
 	}, {
@@ -53,9 +59,11 @@ remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 		opts: all,
 		ports: []*core.ServicePort{port("web", "10.96.0.10", two, withFrontend(core.FrontendLoadBalancer, "198.51.100.9"),
 			func(p *core.ServicePort) { p.SourceRanges = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")} })},
-		want: `# HNS plan: 2 load balancers, 1 remote endpoints, 1 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=LocalRoutedVIP sourceVIP=10.244.1.2
-lb default/web:http/TCP/v4 LoadBalancer 198.51.100.9:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none sourceVIP=10.244.1.2
+		want: `# HNS plan: 2 load balancers, 2 remote endpoints, 1 unsupported
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=none sourceVIP=10.244.1.2
+lb default/web:http/TCP/v4 LoadBalancer 198.51.100.9:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=VipExternalIP sourceVIP=10.244.1.2
+source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 unsupported default/web LoadBalancerSourceRanges: port http: HNS load balancers cannot filter clients by source; loadBalancerSourceRanges 203.0.113.0/24 are not enforced
 `,
@@ -64,60 +72,70 @@ unsupported default/web LoadBalancerSourceRanges: port http: HNS load balancers 
 		opts: all,
 		ports: []*core.ServicePort{port("web", "10.96.0.10", two,
 			func(p *core.ServicePort) { p.Affinity = core.Affinity{ClientIP: true, TimeoutSeconds: 600} })},
-		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 1 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=LocalRoutedVIP affinity=SourceIP sourceVIP=10.244.1.2
+		want: `# HNS plan: 1 load balancers, 2 remote endpoints, 1 unsupported
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=none affinity=SourceIP sourceVIP=10.244.1.2
+source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 unsupported default/web SessionAffinityTimeout: port http: HNS keeps ClientIP affinity without a timeout; timeoutSeconds=600 is not enforced
 `,
 	}, {
 		name: "session affinity without the HNS feature",
-		opts: PlanOptions{Network: overlay, Features: Features{IPv6DualStack: true}},
+		opts: PlanOptions{Network: overlay, NodeIP: ip("192.168.0.11"), HostMAC: hostMAC, Features: Features{APIV2: true, IPv6DualStack: true}},
 		ports: []*core.ServicePort{port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)},
 			func(p *core.ServicePort) { p.Affinity = core.Affinity{ClientIP: true, TimeoutSeconds: 10800} })},
-		want: `# HNS plan: 1 load balancers, 0 remote endpoints, 1 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=LocalRoutedVIP
+		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 1 unsupported
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=none portflags=none
+remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 unsupported default/web SessionAffinity: port http: this HNS does not support session affinity; connections are spread without ClientIP affinity
 `,
 	}, {
 		name:  "internalTrafficPolicy Local",
 		opts:  all,
 		ports: []*core.ServicePort{port("web", "10.96.0.10", two, func(p *core.ServicePort) { p.InternalPolicyLocal = true })},
-		want: `# HNS plan: 1 load balancers, 0 remote endpoints, 0 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=LocalRoutedVIP sourceVIP=10.244.1.2
+		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 0 unsupported
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=none portflags=none sourceVIP=10.244.1.2
+source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 `,
 	}, {
 		name: "externalTrafficPolicy Local without DSR",
 		opts: all,
 		ports: []*core.ServicePort{port("web", "10.96.0.10", two, withNodePort(30080, "192.168.0.11"),
 			func(p *core.ServicePort) { p.ExternalPolicyLocal = true; p.HealthCheckNodePort = 31000 })},
-		want: `# HNS plan: 2 load balancers, 1 remote endpoints, 1 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=LocalRoutedVIP sourceVIP=10.244.1.2
-lb default/web:http/TCP/v4 NodePort 192.168.0.11:30080 -> :8080 [10.244.1.5] flags=LocalRoutedVIP sourceVIP=10.244.1.2
+		want: `# HNS plan: 2 load balancers, 2 remote endpoints, 0 unsupported
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=none sourceVIP=10.244.1.2
+lb default/web:http/TCP/v4 NodePort *:30080 -> :8080 [10.244.1.5] flags=DSR portflags=LocalRoutedVIP,VipExternalIP sourceVIP=10.244.1.2
+source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
-unsupported default/web ExternalTrafficPolicyLocalSourceIP: port http: externalTrafficPolicy Local uses only this node's endpoints, but without DSR HNS does not preserve the client source address
 `,
 	}, {
 		name: "externalTrafficPolicy Local with DSR",
-		opts: PlanOptions{Network: overlay, Features: AllFeatures, EnableDSR: true},
+		opts: PlanOptions{Network: overlay, NodeIP: ip("192.168.0.11"), HostMAC: hostMAC, Features: AllFeatures(), EnableDSR: true},
 		ports: []*core.ServicePort{port("web", "10.96.0.10", two, withFrontend(core.FrontendLoadBalancer, "198.51.100.9"),
 			func(p *core.ServicePort) { p.ExternalPolicyLocal = true })},
-		want: `# HNS plan: 2 load balancers, 1 remote endpoints, 0 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=DSR,LocalRoutedVIP
-lb default/web:http/TCP/v4 LoadBalancer 198.51.100.9:80 -> :8080 [10.244.1.5] flags=DSR
+		want: `# HNS plan: 2 load balancers, 2 remote endpoints, 0 unsupported
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=DSR portflags=none
+lb default/web:http/TCP/v4 LoadBalancer 198.51.100.9:80 -> :8080 [10.244.1.5] flags=DSR portflags=VipExternalIP
+remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 `,
 	}, {
 		name:  "DSR requested but not supported",
-		opts:  PlanOptions{Network: overlay, Features: Features{IPv6DualStack: true}, EnableDSR: true},
+		opts:  PlanOptions{Network: overlay, NodeIP: ip("192.168.0.11"), HostMAC: hostMAC, Features: Features{APIV2: true, IPv6DualStack: true}, EnableDSR: true},
 		ports: []*core.ServicePort{port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)})},
-		want: `# HNS plan: 1 load balancers, 0 remote endpoints, 0 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=LocalRoutedVIP
+		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 0 unsupported
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=none portflags=none
+remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 `,
 	}, {
 		name:  "no endpoints: reject",
 		opts:  all,
 		ports: []*core.ServicePort{port("web", "10.96.0.10", nil, withNodePort(30080, "192.168.0.11"))},
-		want: `# HNS plan: 0 load balancers, 0 remote endpoints, 2 unsupported
+		want: `# HNS plan: 0 load balancers, 1 remote endpoints, 2 unsupported
+source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 unsupported default/web RejectWithoutEndpoints: port http ClusterIP: the Service has no endpoints; HNS cannot reject, so connections time out instead of being refused
 unsupported default/web RejectWithoutEndpoints: port http NodePort: the Service has no endpoints; HNS cannot reject, so connections time out instead of being refused
 `,
@@ -130,8 +148,9 @@ unsupported default/web RejectWithoutEndpoints: port http NodePort: the Service 
 				p.ExternalEmpty = core.VerdictDrop
 				p.Frontends = p.Frontends[1:]
 			})},
-		want: `# HNS plan: 0 load balancers, 0 remote endpoints, 1 unsupported
-unsupported default/web ExternalTrafficPolicyLocalSourceIP: port http: externalTrafficPolicy Local uses only this node's endpoints, but without DSR HNS does not preserve the client source address
+		want: `# HNS plan: 0 load balancers, 1 remote endpoints, 0 unsupported
+source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 `,
 	}, {
 		name: "terminating fallback",
@@ -139,8 +158,10 @@ unsupported default/web ExternalTrafficPolicyLocalSourceIP: port http: externalT
 		ports: []*core.ServicePort{port("web", "10.96.0.10", []core.Endpoint{
 			{Addr: ip("10.244.1.5"), Port: 8080, Serving: true, Terminating: true, Local: true},
 		})},
-		want: `# HNS plan: 1 load balancers, 0 remote endpoints, 0 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=LocalRoutedVIP sourceVIP=10.244.1.2
+		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 0 unsupported
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=none portflags=none sourceVIP=10.244.1.2
+source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 `,
 	}, {
 		name: "topology hints: only the chosen endpoints",
@@ -149,8 +170,10 @@ lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=L
 			p.TopologyMode = "PreferSameZone"
 			p.Excluded = []core.Exclusion{{Addr: "10.244.2.7", Port: 8080, Set: core.SetCluster, Reason: core.ExcludedOtherZone}}
 		})},
-		want: `# HNS plan: 1 load balancers, 0 remote endpoints, 0 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=LocalRoutedVIP sourceVIP=10.244.1.2
+		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 0 unsupported
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=none portflags=none sourceVIP=10.244.1.2
+source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 `,
 	}, {
 		name: "endpoints on different target ports",
@@ -158,32 +181,47 @@ lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=L
 		ports: []*core.ServicePort{port("web", "10.96.0.10", []core.Endpoint{
 			local("10.244.1.5", 8080), remote("10.244.2.7", 8080), remote("10.244.2.8", 9090),
 		})},
-		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 1 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=LocalRoutedVIP sourceVIP=10.244.1.2
+		want: `# HNS plan: 1 load balancers, 2 remote endpoints, 1 unsupported
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=none sourceVIP=10.244.1.2
+source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 unsupported default/web MixedTargetPorts: port http ClusterIP: an HNS load balancer has one internal port; 2 endpoints on port 8080 are used, 10.244.2.8:9090 are not
 `,
 	}, {
 		name: "dual-stack",
-		opts: PlanOptions{Network: overlay, Features: AllFeatures},
+		opts: PlanOptions{Network: l2bridge, Features: AllFeatures()},
 		ports: []*core.ServicePort{
 			port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)}),
 			port("web", "fd00:96::10", []core.Endpoint{local("fd00:1::5", 8080), remote("fd00:2::7", 8080)}),
 		},
 		want: `# HNS plan: 2 load balancers, 1 remote endpoints, 0 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=LocalRoutedVIP
-lb default/web:http/TCP/v6 ClusterIP fd00:96::10:80 -> :8080 [fd00:1::5 fd00:2::7*] flags=IPv6,LocalRoutedVIP
-remote-endpoint fd00:2::7 pa=192.168.0.12 mac=02-11-00-00-00-07
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=none portflags=none
+lb default/web:http/TCP/v6 ClusterIP fd00:96::10:80 -> :8080 [fd00:1::5 fd00:2::7*] flags=IPv6 portflags=none
+remote-endpoint fd00:2::7 mac=02-11-07-00-00-00
+`,
+	}, {
+		name: "overlay is single-stack",
+		opts: all,
+		ports: []*core.ServicePort{
+			port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)}),
+			port("web", "fd00:96::10", []core.Endpoint{local("fd00:1::5", 8080), remote("fd00:2::7", 8080)}),
+		},
+		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 1 unsupported
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=none portflags=none sourceVIP=10.244.1.2
+source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
+unsupported default/web DualStackOverlay: port http: overlay networks carry one IP family (kube-proxy disables dual-stack there); the IPv6 frontends are not proxied
 `,
 	}, {
 		name: "IPv6 without the HNS feature",
-		opts: PlanOptions{Network: overlay},
+		opts: PlanOptions{Network: l2bridge, Features: Features{APIV2: true}},
 		ports: []*core.ServicePort{
 			port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)}),
 			port("web", "fd00:96::10", []core.Endpoint{local("fd00:1::5", 8080)}),
 		},
 		want: `# HNS plan: 1 load balancers, 0 remote endpoints, 1 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=LocalRoutedVIP
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=none portflags=none
 unsupported default/web IPv6: port http: this HNS does not support IPv6 load balancers; the IPv6 frontends are not proxied
 `,
 	}, {
@@ -192,8 +230,10 @@ unsupported default/web IPv6: port http: this HNS does not support IPv6 load bal
 		ports: []*core.ServicePort{port("dns", "10.96.0.53", []core.Endpoint{local("10.244.1.5", 53)}, func(p *core.ServicePort) {
 			p.Key.Protocol, p.Protocol, p.Port, p.Frontends[0].Port = v1.ProtocolUDP, v1.ProtocolUDP, 53, 53
 		})},
-		want: `# HNS plan: 1 load balancers, 0 remote endpoints, 0 unsupported
-lb default/dns:http/UDP/v4 ClusterIP 10.96.0.53:53 -> :53 [10.244.1.5] flags=LocalRoutedVIP sourceVIP=10.244.1.2
+		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 0 unsupported
+lb default/dns:http/UDP/v4 ClusterIP 10.96.0.53:53 -> :53 [10.244.1.5] flags=none portflags=none sourceVIP=10.244.1.2
+source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.96.0.53 pa=192.168.0.11 mac=00-15-5d-00-00-11
 `,
 	}, {
 		name: "SCTP",
@@ -201,24 +241,28 @@ lb default/dns:http/UDP/v4 ClusterIP 10.96.0.53:53 -> :53 [10.244.1.5] flags=Loc
 		ports: []*core.ServicePort{port("sig", "10.96.0.20", two, func(p *core.ServicePort) {
 			p.Key.Protocol, p.Protocol = v1.ProtocolSCTP, v1.ProtocolSCTP
 		})},
-		want: `# HNS plan: 0 load balancers, 0 remote endpoints, 1 unsupported
+		want: `# HNS plan: 0 load balancers, 1 remote endpoints, 1 unsupported
+source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.96.0.20 pa=192.168.0.11 mac=00-15-5d-00-00-11
 unsupported default/sig ProtocolSCTP: port http: HNS load balancers support TCP and UDP only; SCTP is not proxied on Windows
 `,
 	}, {
 		name:  "L2Bridge remote endpoints need no provider address",
-		opts:  PlanOptions{Network: Network{Name: "cbr0", Type: NetworkL2Bridge}, Features: AllFeatures},
+		opts:  PlanOptions{Network: l2bridge, Features: AllFeatures(), SourceVIP: ip("10.244.1.2")},
 		ports: []*core.ServicePort{port("web", "10.96.0.10", []core.Endpoint{remote("10.244.9.7", 8080)})},
 		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 0 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.9.7*] flags=LocalRoutedVIP
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.9.7*] flags=none portflags=none
 remote-endpoint 10.244.9.7 mac=02-11-0a-f4-09-07
 `,
 	}, {
 		name:  "overlay endpoint outside every remote subnet",
 		opts:  all,
 		ports: []*core.ServicePort{port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080), remote("10.244.9.7", 8080)})},
-		want: `# HNS plan: 1 load balancers, 0 remote endpoints, 1 unsupported
-lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=LocalRoutedVIP sourceVIP=10.244.1.2
-unsupported default/web RemoteEndpoint: endpoint 10.244.9.7 is in no remote subnet of overlay network "vxlan0"; it is not used until the CNI adds its node's subnet
+		want: `# HNS plan: 1 load balancers, 2 remote endpoints, 0 unsupported
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.9.7*] flags=none portflags=none sourceVIP=192.168.0.11
+source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.244.9.7 pa=192.168.0.11 mac=02-11-0a-f4-09-07
 `,
 	}, {
 		name: "two Services claiming one external IP",
@@ -227,10 +271,13 @@ unsupported default/web RemoteEndpoint: endpoint 10.244.9.7 is in no remote subn
 			port("a", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)}, withFrontend(core.FrontendExternalIP, "203.0.113.5")),
 			port("b", "10.96.0.11", []core.Endpoint{local("10.244.1.6", 8080)}, withFrontend(core.FrontendExternalIP, "203.0.113.5")),
 		},
-		want: `# HNS plan: 3 load balancers, 0 remote endpoints, 1 unsupported
-lb default/a:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=LocalRoutedVIP sourceVIP=10.244.1.2
-lb default/a:http/TCP/v4 ExternalIP 203.0.113.5:80 -> :8080 [10.244.1.5] flags=none sourceVIP=10.244.1.2
-lb default/b:http/TCP/v4 ClusterIP 10.96.0.11:80 -> :8080 [10.244.1.6] flags=LocalRoutedVIP sourceVIP=10.244.1.2
+		want: `# HNS plan: 3 load balancers, 2 remote endpoints, 1 unsupported
+lb default/a:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=none portflags=none sourceVIP=10.244.1.2
+lb default/a:http/TCP/v4 ExternalIP 203.0.113.5:80 -> :8080 [10.244.1.5] flags=none portflags=VipExternalIP sourceVIP=10.244.1.2
+lb default/b:http/TCP/v4 ClusterIP 10.96.0.11:80 -> :8080 [10.244.1.6] flags=none portflags=none sourceVIP=10.244.1.2
+source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
+remote-endpoint 10.96.0.11 pa=192.168.0.11 mac=00-15-5d-00-00-11
 unsupported default/b FrontendConflict: ExternalIP TCP/203.0.113.5/80 is already used by default/a:http/TCP/v4; HNS allows one load balancer per frontend
 `,
 	}}
@@ -247,9 +294,9 @@ func TestPlanPortsPartial(t *testing.T) {
 	a := port("a", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)})
 	b := port("b", "10.96.0.11", []core.Endpoint{local("10.244.1.6", 8080)})
 	gone := core.PortKey{Service: b.Key.Service, PortName: "old", Protocol: v1.ProtocolTCP, Family: v1.IPv4Protocol}
-	got := Render(PlanPorts(state(a, b), []core.PortKey{b.Key, gone}, PlanOptions{Features: AllFeatures}))
+	got := Render(PlanPorts(state(a, b), []core.PortKey{b.Key, gone}, PlanOptions{Features: AllFeatures()}))
 	mustEqual(t, got, `# HNS plan: 1 load balancers, 0 remote endpoints, 0 unsupported
-lb default/b:http/TCP/v4 ClusterIP 10.96.0.11:80 -> :8080 [10.244.1.6] flags=LocalRoutedVIP
+lb default/b:http/TCP/v4 ClusterIP 10.96.0.11:80 -> :8080 [10.244.1.6] flags=none portflags=none
 `)
 }
 
@@ -260,7 +307,7 @@ func TestPlanEmptyProtocolIsNotTCP(t *testing.T) {
 	p := port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)}, func(p *core.ServicePort) {
 		p.Protocol, p.Key.Protocol = "", ""
 	})
-	plan := PlanState(state(p), PlanOptions{Network: overlay, Features: AllFeatures})
+	plan := PlanState(state(p), PlanOptions{Network: overlay, NodeIP: ip("192.168.0.11"), HostMAC: hostMAC, Features: AllFeatures()})
 	if len(plan.LoadBalancers) != 0 || len(plan.Notices) != 1 {
 		t.Errorf("want no load balancer and one notice: %+v", plan)
 	}

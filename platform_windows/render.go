@@ -17,6 +17,9 @@ func Render(p Plan) string {
 		sb.WriteString(RenderLB(lb))
 		sb.WriteByte('\n')
 	}
+	if ep := p.SourceVIPEndpoint; ep != nil {
+		fmt.Fprintf(&sb, "source-vip-endpoint %s pa=%s mac=%s\n", ep.IP, ep.ProviderAddress, ep.MAC)
+	}
 	for _, ep := range p.RemoteEndpoints {
 		fmt.Fprintf(&sb, "remote-endpoint %s", ep.IP)
 		if ep.ProviderAddress.IsValid() {
@@ -40,7 +43,8 @@ func RenderLB(p PlannedLB) string {
 		}
 	}
 	lb := p.LB
-	s := fmt.Sprintf("lb %s %s %s:%d -> :%d [%s] flags=%s", p.Owner, p.Kind, vipList(lb.FrontendVIPs), lb.ExternalPort, lb.InternalPort, strings.Join(eps, " "), lb.Flags)
+	s := fmt.Sprintf("lb %s %s %s:%d -> :%d [%s] flags=%s portflags=%s", p.Owner, p.Kind, vipList(lb.FrontendVIPs), lb.ExternalPort, lb.InternalPort,
+		strings.Join(eps, " "), names(lb.Flags.LoadBalancerNames()), names(lb.Flags.PortMappingNames()))
 	if lb.SourceIPAffinity {
 		s += " affinity=SourceIP"
 	}
@@ -50,10 +54,119 @@ func RenderLB(p PlannedLB) string {
 	return s
 }
 
+func names(n []string) string {
+	if len(n) == 0 {
+		return "none"
+	}
+	return strings.Join(n, ",")
+}
+
+// vipList prints the frontend VIPs; "*" is a load balancer without VIP
+// (every host address).
 func vipList(vips []netip.Addr) string {
+	if len(vips) == 0 {
+		return "*"
+	}
 	s := make([]string, len(vips))
 	for i, v := range vips {
 		s[i] = v.String()
 	}
 	return strings.Join(s, ",")
+}
+
+// PlanJSON is a plan in the form `crossproxy render --platform windows -o
+// json` prints: per load balancer its frontend, both flag sets by name, the
+// source VIP and the backends; the endpoints crossproxy creates; what HNS
+// cannot express.
+type PlanJSON struct {
+	LoadBalancers     []LoadBalancerJSON `json:"loadBalancers"`
+	SourceVIPEndpoint *EndpointJSON      `json:"sourceVIPEndpoint,omitempty"`
+	RemoteEndpoints   []EndpointJSON     `json:"remoteEndpoints"`
+	Unsupported       []NoticeJSON       `json:"unsupported"`
+}
+
+// LoadBalancerJSON is one planned HNS load balancer.
+type LoadBalancerJSON struct {
+	Service string `json:"service"`
+	Port    string `json:"port"`
+	Family  string `json:"family"`
+	Kind    string `json:"kind"`
+	// FrontendVIPs is empty for a load balancer on every host address (NodePort).
+	FrontendVIPs      []string      `json:"frontendVIPs"`
+	Protocol          string        `json:"protocol"`
+	ExternalPort      uint16        `json:"externalPort"`
+	InternalPort      uint16        `json:"internalPort"`
+	LoadBalancerFlags []string      `json:"loadBalancerFlags"`
+	PortMappingFlags  []string      `json:"portMappingFlags"`
+	Distribution      string        `json:"distribution"`
+	SourceVIP         string        `json:"sourceVIP,omitempty"`
+	Backends          []BackendJSON `json:"backends"`
+}
+
+// BackendJSON is one endpoint of a load balancer.
+type BackendJSON struct {
+	IP     string `json:"ip"`
+	Remote bool   `json:"remote"`
+}
+
+// EndpointJSON is an HNS endpoint crossproxy creates.
+type EndpointJSON struct {
+	Name            string `json:"name"`
+	IP              string `json:"ip"`
+	Remote          bool   `json:"remote"`
+	ProviderAddress string `json:"providerAddress,omitempty"`
+	MAC             string `json:"mac"`
+}
+
+// NoticeJSON is a core decision HNS cannot express.
+type NoticeJSON struct {
+	Service string `json:"service"`
+	Feature string `json:"feature"`
+	Detail  string `json:"detail"`
+}
+
+// JSON converts a plan to its JSON form.
+func JSON(p Plan) PlanJSON {
+	out := PlanJSON{LoadBalancers: []LoadBalancerJSON{}, RemoteEndpoints: []EndpointJSON{}, Unsupported: []NoticeJSON{}}
+	for _, pl := range p.LoadBalancers {
+		lb := pl.LB
+		j := LoadBalancerJSON{
+			Service: pl.Owner.Service.String(), Port: pl.Owner.PortName, Family: string(pl.Owner.Family), Kind: string(pl.Kind),
+			FrontendVIPs: []string{}, Protocol: lb.Protocol.String(), ExternalPort: lb.ExternalPort, InternalPort: lb.InternalPort,
+			LoadBalancerFlags: lb.Flags.LoadBalancerNames(), PortMappingFlags: lb.Flags.PortMappingNames(), Distribution: "None",
+			Backends: []BackendJSON{},
+		}
+		for _, v := range lb.FrontendVIPs {
+			j.FrontendVIPs = append(j.FrontendVIPs, v.String())
+		}
+		if lb.SourceIPAffinity {
+			j.Distribution = "SourceIP"
+		}
+		if lb.SourceVIP.IsValid() {
+			j.SourceVIP = lb.SourceVIP.String()
+		}
+		for _, ip := range pl.Endpoints {
+			j.Backends = append(j.Backends, BackendJSON{IP: ip.String(), Remote: pl.Remote[ip]})
+		}
+		out.LoadBalancers = append(out.LoadBalancers, j)
+	}
+	if ep := p.SourceVIPEndpoint; ep != nil {
+		e := endpointJSON(*ep)
+		out.SourceVIPEndpoint = &e
+	}
+	for _, ep := range p.RemoteEndpoints {
+		out.RemoteEndpoints = append(out.RemoteEndpoints, endpointJSON(ep))
+	}
+	for _, n := range p.Notices {
+		out.Unsupported = append(out.Unsupported, NoticeJSON{Service: n.Service.String(), Feature: n.Feature, Detail: n.Detail})
+	}
+	return out
+}
+
+func endpointJSON(ep Endpoint) EndpointJSON {
+	e := EndpointJSON{Name: ep.Name, IP: ep.IP.String(), Remote: ep.Remote, MAC: ep.MAC}
+	if ep.ProviderAddress.IsValid() {
+		e.ProviderAddress = ep.ProviderAddress.String()
+	}
+	return e
 }

@@ -3,10 +3,14 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -47,9 +51,45 @@ func newBackend(cfg platform.BackendConfig, log logrus.FieldLogger) (platform.Ba
 		}
 		c.SourceVIP = a
 	}
+	c.HostMAC = hostMAC
 	var h hns.HNS = hns.HCN{}
 	if hnsOverride != nil {
 		h = hnsOverride
 	}
-	return hns.New(h, c, log.WithField("backend", "hns"))
+	b, err := hns.New(h, c, log.WithField("backend", "hns"))
+	if err != nil {
+		return nil, err
+	}
+	// Refuse to start with a configuration kube-proxy refuses (no HNS V2 API;
+	// overlay without a source VIP or remote subnet support). HNS not
+	// answering yet (boot) is not a reason: the sync loop asks again.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Preflight(ctx); errors.Is(err, hns.ErrInvalid) {
+		return nil, err
+	} else if err != nil {
+		log.WithError(err).Warn("HNS not ready yet; the sync loop retries")
+	}
+	return b, nil
+}
+
+// hostMAC returns the MAC of the host interface that holds addr, in the form
+// kube-proxy finds and sends it for the overlay source VIP endpoint.
+func hostMAC(addr netip.Addr) (string, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", fmt.Errorf("list interfaces: %w", err)
+	}
+	for _, i := range ifs {
+		addrs, err := i.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Unmap() == addr && len(i.HardwareAddr) > 0 {
+				return i.HardwareAddr.String(), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no interface with address %s and a MAC", addr)
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/crossproxy/crossproxy/core"
 )
@@ -25,6 +26,17 @@ var linuxRenderOptions struct {
 // an untagged file (render_nft.go, render_hns.go), so every OS can render every
 // platform.
 var renderers = map[string]func(*core.NodeState) (string, error){}
+
+// renderJSON names the platforms whose renderer also prints JSON (-o json);
+// renderOutput is the chosen format, which those renderers read.
+var (
+	renderJSON   = map[string]bool{}
+	renderOutput string
+)
+
+// renderFlagHooks add a platform's own render flags (the Windows node
+// description); each platform registers its hook from its render file.
+var renderFlagHooks []func(*pflag.FlagSet)
 
 func newRenderCommand() *cobra.Command {
 	var (
@@ -46,11 +58,18 @@ the HNS load balancers for --platform windows. It changes nothing on this machin
 	f.StringVar(&nodeName, "node", "", "name of the Node to render for")
 	f.StringVar(&linuxRenderOptions.Table, "nftables-table", "crossproxy", "Linux: the nftables table name")
 	f.BoolVar(&linuxRenderOptions.LocalhostNodePorts, "localhost-nodeports", false, "Linux: NodePorts on 127.0.0.1 too")
+	f.StringVarP(&renderOutput, "output", "o", "text", "output format: text, or json (windows)")
+	for _, hook := range renderFlagHooks {
+		hook(f)
+	}
 	coreOptions := addCoreOptionFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		render, ok := renderers[platformName]
 		if !ok {
 			return fmt.Errorf("flag --platform: %q is not one of %s", platformName, strings.Join(renderNames(), ", "))
+		}
+		if renderOutput != "text" && (renderOutput != "json" || !renderJSON[platformName]) {
+			return fmt.Errorf("flag --output: %q is not supported for --platform %s", renderOutput, platformName)
 		}
 		if len(manifests) == 0 {
 			return fmt.Errorf("flag --manifests: required")

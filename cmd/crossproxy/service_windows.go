@@ -259,7 +259,7 @@ detecting a service session, which Wine cannot report.`,
 				return err
 			}
 			if fakeNetwork != "" {
-				hnsOverride = hns.NewFake(hns.Network{Name: fakeNetwork, Type: hns.NetworkL2Bridge}, hns.AllFeatures)
+				hnsOverride = hns.NewFake(hns.Network{Name: fakeNetwork, Type: hns.NetworkL2Bridge}, hns.AllFeatures())
 				ledgerName = "hns-owned-fake.json"
 			}
 			if logFile == "" {

@@ -1,0 +1,149 @@
+package hns
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// The Fake's test helpers: they set up what the CNI, other proxies and HNS
+// itself do, inject HNS' failures, and count calls. They live in a test file
+// so they do not ship in the binary.
+
+// AddLocalEndpoint adds an endpoint as the CNI would for a pod on this node
+// (not counted as a call) and returns its id.
+func (f *Fake) AddLocalEndpoint(name string, ip netip.Addr) string {
+	return f.AddEndpoint(Endpoint{Name: name, IP: ip})
+}
+
+// AddEndpoint adds any endpoint without HNS' checks (not counted as a call):
+// Windows Server 2019 and 2022 can hold a local and a remote endpoint with
+// one address, which HNS would refuse to create now.
+func (f *Fake) AddEndpoint(ep Endpoint) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ep.ID = f.newID()
+	f.eps[ep.ID] = ep
+	return ep.ID
+}
+
+// AddForeignLoadBalancer adds a load balancer someone else (another proxy, an
+// operator) created; crossproxy must leave it alone.
+func (f *Fake) AddForeignLoadBalancer(lb LoadBalancer) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	lb.ID = f.newID()
+	f.lbs[lb.ID] = cloneLB(lb)
+	return lb.ID
+}
+
+// ReservePort makes the host hold a port (an excluded port range): HNS then
+// refuses every load balancer on it with HCN_E_PORT_ALREADY_EXISTS.
+func (f *Fake) ReservePort(proto Protocol, port uint16) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reserved[fmt.Sprintf("%s/%d", proto, port)] = true
+}
+
+// Restart is an HNS restart: HNS restores every load balancer, under a new
+// id, so the ids crossproxy recorded are gone.
+func (f *Fake) Restart() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	restored := make(map[string]LoadBalancer, len(f.lbs))
+	for _, lb := range f.lbs {
+		lb.ID = f.newID()
+		restored[lb.ID] = lb
+	}
+	f.lbs = restored
+}
+
+// SetLatency adds d to every call (a real sleep, outside the lock).
+func (f *Fake) SetLatency(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.latency = d
+}
+
+// SetFail installs fn, asked before every call; a non-nil error fails the call
+// without changing anything. arg is the object id, address or frontend.
+func (f *Fake) SetFail(fn func(method, arg string) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail = fn
+}
+
+// SetFailAfter installs fn, asked after a create or update changed HNS: a
+// non-nil error is returned although the object exists (a timeout, an RPC
+// failure on the way back).
+func (f *Fake) SetFailAfter(fn func(method, arg string) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failAfter = fn
+}
+
+// SetUpdateNotImplemented makes UpdateLoadBalancer return E_NOTIMPL although
+// the features report in-place modify.
+func (f *Fake) SetUpdateNotImplemented(v bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.updateNotImpl = v
+}
+
+// Calls returns the number of calls per method since the last ResetCalls.
+func (f *Fake) Calls() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]int, len(f.calls))
+	for k, v := range f.calls {
+		out[k] = v
+	}
+	return out
+}
+
+// TotalCalls is the sum of Calls.
+func (f *Fake) TotalCalls() int {
+	n := 0
+	for _, v := range f.Calls() {
+		n += v
+	}
+	return n
+}
+
+// ResetCalls zeroes the call counters and the in-flight maximum.
+func (f *Fake) ResetCalls() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = map[string]int{}
+	f.maxIn = 0
+}
+
+// MaxInFlight is the most calls that were in progress at once since the last
+// ResetCalls (with a latency set, this shows the applier's concurrency bound).
+func (f *Fake) MaxInFlight() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.maxIn
+}
+
+// LoadBalancers returns every load balancer as HNS reports it, sorted by frontend.
+func (f *Fake) LoadBalancers() []LoadBalancer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sortedLBs()
+}
+
+// Endpoints returns a snapshot of every endpoint, sorted by IP.
+func (f *Fake) Endpoints() []Endpoint {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sortedEndpoints()
+}
+
+// SetRemoteSubnets replaces the network's remote subnets (the CNI moved a
+// node's pod subnet, or a node got a new address).
+func (f *Fake) SetRemoteSubnets(s []RemoteSubnet) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.network.RemoteSubnets = s
+}

@@ -1,0 +1,426 @@
+package hns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/crossproxy/crossproxy/core"
+)
+
+// round is one reconcile: what failed (retried next sync) and what HNS
+// cannot do for a Service (notices). Its methods run HNS calls in parallel
+// and record results under mu.
+type round struct {
+	b        *Backend
+	mu       sync.Mutex
+	failures []error
+	notices  []Notice
+	// recreate are updates HNS refused with E_NOTIMPL: done as delete + create.
+	recreate []lbOp
+	// exists are creates HNS refused with ERROR_ALREADY_EXISTS.
+	exists []lbOp
+}
+
+func (r *round) fail(k *core.PortKey, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failures = append(r.failures, err)
+	if k != nil {
+		r.b.retry[*k] = struct{}{}
+	}
+}
+
+// reconcile applies plan for the ports in scope, in this order: the overlay
+// source VIP endpoint (the sync stops if it cannot be made, as kube-proxy's),
+// stale endpoints crossproxy made, remote endpoints, load balancer deletes,
+// creates and updates, then the endpoints nothing uses any more (full syncs).
+//
+// A frontend held by a load balancer crossproxy does not own (or by a host
+// port reservation) is not a failure to retry at once: it is returned as a
+// notice and tried again on full syncs.
+func (b *Backend) reconcile(ctx context.Context, plan Plan, scope map[core.PortKey]struct{}, full bool) ([]Notice, error) {
+	r := &round{b: b}
+	if err := b.ensureSourceVIPEndpoint(ctx, plan); err != nil {
+		return nil, err
+	}
+	staleUsed := r.replaceStaleEndpoints(ctx, plan)
+	r.createRemoteEndpoints(ctx, plan, staleUsed)
+
+	desired, missing := b.resolve(plan.LoadBalancers, staleUsed)
+	if !full && missingLocal(missing, plan) {
+		// A new local pod the CNI attached after the last listing: one list call.
+		if err := b.listEndpoints(ctx); err != nil {
+			return nil, err
+		}
+		desired, missing = b.resolve(plan.LoadBalancers, staleUsed)
+	}
+	for k, ips := range missing {
+		b.retry[k] = struct{}{}
+		b.log.WithFields(logrus.Fields{"port": k.String(), "endpoints": fmt.Sprint(ips)}).Warn("endpoints not known to HNS yet; left out and retried")
+	}
+
+	var current []ownedLB
+	for _, o := range b.owned {
+		if _, ok := scope[o.Owner.Key()]; ok {
+			current = append(current, o)
+		}
+	}
+	r.apply(ctx, diffLoadBalancers(desired, current, b.features.ModifyLoadBalancer))
+	if len(r.recreate) > 0 {
+		// HNS said E_NOTIMPL: modify is off from now on (as kube-proxy), and
+		// these load balancers are deleted and created again in this sync.
+		var ops []lbOp
+		for _, op := range r.recreate {
+			ops = append(ops, lbOp{kind: opDelete, owner: op.owner, current: op.current}, lbOp{kind: opCreate, owner: op.owner, desired: op.desired})
+		}
+		r.recreate = nil
+		r.apply(ctx, ops)
+	}
+	r.settleExisting(ctx)
+	if len(staleUsed) > 0 {
+		r.deleteEndpoints(ctx, "stale endpoint", mapValues(staleUsed))
+	}
+	if full {
+		r.collectEndpoints(ctx, plan)
+	}
+	if err := b.saveLedger(); err != nil {
+		r.failures = append(r.failures, err)
+	}
+	if len(r.failures) > 0 {
+		return r.notices, fmt.Errorf("hns sync: %d operations failed (retried on the next sync): %w", len(r.failures), errors.Join(r.failures...))
+	}
+	return r.notices, nil
+}
+
+// ensureSourceVIPEndpoint creates the overlay source VIP's local endpoint
+// (host MAC, this node's provider address) when HNS has none.
+func (b *Backend) ensureSourceVIPEndpoint(ctx context.Context, plan Plan) error {
+	want := plan.SourceVIPEndpoint
+	if want == nil {
+		return nil
+	}
+	if _, ok := b.byIP[want.IP]; ok {
+		return nil
+	}
+	got, err := b.hns.CreateLocalEndpoint(ctx, b.network.ID, *want)
+	if err != nil {
+		return fmt.Errorf("hns sync skipped: create the source VIP endpoint %s: %w", want.IP, err)
+	}
+	b.byIP[got.IP] = got
+	return nil
+}
+
+// replaceStaleEndpoints finds endpoints crossproxy made that no longer fit
+// the plan: a remote endpoint whose provider address changed (overlay), or a
+// remote endpoint where a local one is planned. Unused ones are deleted now,
+// so their replacement is created in this sync; the ones a load balancer
+// still uses are returned: left out of this sync's load balancers, deleted
+// after them, and their ports retried.
+func (r *round) replaceStaleEndpoints(ctx context.Context, plan Plan) map[netip.Addr]Endpoint {
+	b := r.b
+	stale := map[netip.Addr]Endpoint{}
+	for _, want := range plan.RemoteEndpoints {
+		have, ok := b.byIP[want.IP]
+		if !ok || !have.Remote || !b.network.IsOverlay() || have.ProviderAddress == want.ProviderAddress {
+			continue
+		}
+		if ours(have) {
+			stale[want.IP] = have
+		} else {
+			b.log.WithFields(logrus.Fields{"endpoint": want.IP, "id": have.ID, "provider": have.ProviderAddress, "want": want.ProviderAddress}).
+				Warn("a remote endpoint crossproxy does not own has another provider address; used as it is")
+		}
+	}
+	for _, lb := range plan.LoadBalancers {
+		for _, ip := range lb.Endpoints {
+			if have, ok := b.byIP[ip]; ok && !lb.Remote[ip] && have.Remote && ours(have) {
+				stale[ip] = have
+			}
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	used := map[string]bool{}
+	for _, o := range b.owned {
+		for _, id := range o.LB.EndpointIDs {
+			used[strings.ToLower(id)] = true
+		}
+	}
+	var unused []Endpoint
+	for ip, ep := range stale {
+		if !used[strings.ToLower(ep.ID)] {
+			unused = append(unused, ep)
+			delete(stale, ip)
+		}
+	}
+	r.deleteEndpoints(ctx, "stale endpoint", unused)
+	return stale
+}
+
+// createRemoteEndpoints creates the planned remote endpoints HNS lacks.
+func (r *round) createRemoteEndpoints(ctx context.Context, plan Plan, skip map[netip.Addr]Endpoint) {
+	b := r.b
+	var create []Endpoint
+	for _, ep := range plan.RemoteEndpoints {
+		_, have := b.byIP[ep.IP]
+		_, stale := skip[ep.IP]
+		if !have && !stale {
+			create = append(create, ep)
+		}
+	}
+	errs := parallel(ctx, b.cfg.Concurrency, create, func(ctx context.Context, ep Endpoint) error {
+		got, err := b.hns.CreateRemoteEndpoint(ctx, b.network.ID, ep)
+		if err != nil {
+			return fmt.Errorf("create remote endpoint %s: %w", ep.IP, err)
+		}
+		r.mu.Lock()
+		b.byIP[got.IP] = got
+		r.mu.Unlock()
+		return nil
+	})
+	for _, err := range errs {
+		if err != nil {
+			r.fail(nil, err) // the ports using it are retried through resolve
+		}
+	}
+}
+
+// apply runs load balancer operations: deletes first, then creates and
+// updates, each phase with bounded concurrency.
+func (r *round) apply(ctx context.Context, ops []lbOp) {
+	b := r.b
+	var deletes, writes []lbOp
+	pending := false
+	for _, op := range ops {
+		if op.kind == opDelete {
+			deletes = append(deletes, op)
+			continue
+		}
+		writes = append(writes, op)
+		if op.kind == opCreate {
+			f := op.desired.Frontend()
+			b.ledger.Pending[f] = PendingLB{Owner: op.owner, Foreign: slices.Clone(b.foreign[f])}
+			pending = true
+		}
+	}
+	if pending {
+		if err := b.writeLedger(); err != nil {
+			r.fail(nil, err)
+			return
+		}
+	}
+	for i, err := range parallel(ctx, b.cfg.Concurrency, deletes, func(ctx context.Context, op lbOp) error {
+		err := b.hns.DeleteLoadBalancer(ctx, op.current.ID)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("delete load balancer %s (%s): %w", op.current.Frontend(), op.current.ID, err)
+		}
+		r.mu.Lock()
+		delete(b.owned, op.current.ID)
+		r.mu.Unlock()
+		return nil
+	}) {
+		if err != nil {
+			k := deletes[i].owner.Key()
+			r.fail(&k, err)
+		}
+	}
+	for i, err := range parallel(ctx, b.cfg.Concurrency, writes, func(ctx context.Context, op lbOp) error {
+		return r.write(ctx, op)
+	}) {
+		r.written(writes[i], err)
+	}
+}
+
+// written records the outcome of one create or update.
+func (r *round) written(op lbOp, err error) {
+	b := r.b
+	k := op.owner.Key()
+	f := op.desired.Frontend()
+	switch {
+	case err == nil:
+	case op.kind == opCreate && errors.Is(err, ErrDuplicateFrontend):
+		delete(b.ledger.Pending, f) // HNS made nothing
+		r.notices = append(r.notices, Notice{op.owner.Service(), "FrontendInUse",
+			fmt.Sprintf("%s %s: HNS refused the port (HCN_E_PORT_ALREADY_EXISTS): a load balancer crossproxy does not own holds the frontend "+
+				"(another proxy's, or left over: remove it or run that proxy's cleanup), or the host reserved the port "+
+				"(netsh int ipv4 show excludedportrange); crossproxy takes the frontend at its next full sync once it is free", op.owner.Kind, f)})
+		b.log.WithError(err).WithField("port", k.String()).Warn("frontend in use by a foreign load balancer or a host port reservation")
+	case op.kind == opCreate && errors.Is(err, ErrAlreadyExists):
+		r.exists = append(r.exists, op)
+	case op.kind == opUpdate && errors.Is(err, ErrNotImplemented):
+		r.recreate = append(r.recreate, op)
+	default:
+		r.fail(&k, err)
+	}
+}
+
+// write creates or updates one load balancer.
+func (r *round) write(ctx context.Context, op lbOp) error {
+	b := r.b
+	var got LoadBalancer
+	var err error
+	switch {
+	case op.kind == opCreate:
+		got, err = b.hns.CreateLoadBalancer(ctx, op.desired)
+		if err != nil {
+			return fmt.Errorf("create load balancer %s for %s: %w", op.desired.Frontend(), op.owner.Key(), err)
+		}
+	case sameLB(op.current, op.desired):
+		got = op.current // owner change only
+	default:
+		got, err = b.hns.UpdateLoadBalancer(ctx, op.current.ID, op.desired)
+		if errors.Is(err, ErrNotImplemented) {
+			r.mu.Lock()
+			if b.features.ModifyLoadBalancer {
+				b.features.ModifyLoadBalancer = false
+				b.log.WithError(err).Warn("HNS does not implement load balancer modify although it reports it; changes are now delete + create")
+			}
+			r.mu.Unlock()
+			return err
+		}
+		if err != nil {
+			if errors.Is(err, ErrNotFound) {
+				r.mu.Lock()
+				delete(b.owned, op.current.ID)
+				r.mu.Unlock()
+			}
+			return fmt.Errorf("modify load balancer %s (%s) for %s: %w", op.desired.Frontend(), op.current.ID, op.owner.Key(), err)
+		}
+	}
+	r.mu.Lock()
+	b.owned[got.ID] = ownedLB{LB: got, Owner: op.owner}
+	delete(b.ledger.Pending, got.Frontend())
+	r.mu.Unlock()
+	return nil
+}
+
+// settleExisting handles creates HNS refused with ERROR_ALREADY_EXISTS (HNS
+// restored the object itself after a restart): with one more listing, a
+// load balancer on the frontend that was not someone else's at the last full
+// sync is adopted, and its port re-planned on the next sync if it differs.
+func (r *round) settleExisting(ctx context.Context) {
+	if len(r.exists) == 0 {
+		return
+	}
+	b := r.b
+	lbs, err := b.hns.ListLoadBalancers(ctx)
+	if err != nil {
+		for _, op := range r.exists {
+			k := op.owner.Key()
+			r.fail(&k, fmt.Errorf("list load balancers after ERROR_ALREADY_EXISTS: %w", err))
+		}
+		return
+	}
+	byFrontend := map[string]LoadBalancer{}
+	for _, lb := range lbs {
+		if _, owned := b.owned[lb.ID]; !owned {
+			byFrontend[lb.Frontend()] = lb
+		}
+	}
+	for _, op := range r.exists {
+		f := op.desired.Frontend()
+		delete(b.ledger.Pending, f)
+		lb, ok := byFrontend[f]
+		if !ok || slices.Contains(b.foreign[f], lb.ID) {
+			r.written(op, fmt.Errorf("create load balancer %s: %w", f, ErrDuplicateFrontend))
+			continue
+		}
+		b.log.WithFields(logrus.Fields{"id": lb.ID, "frontend": f}).Info("HNS already had this load balancer (restored after an HNS restart): adopted")
+		b.owned[lb.ID] = ownedLB{LB: lb, Owner: op.owner}
+		if !sameLB(lb, op.desired) {
+			b.retry[op.owner.Key()] = struct{}{}
+		}
+	}
+	r.exists = nil
+}
+
+// collectEndpoints deletes, on full syncs, crossproxy's remote endpoints
+// that no owned load balancer uses and the plan does not need, and the
+// remote endpoints that share their address with a local one.
+func (r *round) collectEndpoints(ctx context.Context, plan Plan) {
+	b := r.b
+	used := map[string]bool{}
+	for _, o := range b.owned {
+		for _, id := range o.LB.EndpointIDs {
+			used[strings.ToLower(id)] = true
+		}
+	}
+	needed := map[netip.Addr]bool{}
+	for _, ep := range plan.RemoteEndpoints {
+		needed[ep.IP] = true
+	}
+	var stale []Endpoint
+	for _, ep := range b.byIP {
+		if ep.Remote && strings.HasPrefix(ep.Name, RemoteEndpointPrefix) && !used[strings.ToLower(ep.ID)] && !needed[ep.IP] {
+			stale = append(stale, ep)
+		}
+	}
+	r.deleteEndpoints(ctx, "remote endpoint", stale)
+	if len(b.dupRemotes) > 0 {
+		b.log.WithField("count", len(b.dupRemotes)).Info("deleting remote endpoints that share their address with a local endpoint")
+		dups := b.dupRemotes
+		b.dupRemotes = nil
+		r.deleteEndpoints(ctx, "remote endpoint with a local twin", dups)
+	}
+}
+
+// deleteEndpoints deletes endpoints and forgets them.
+func (r *round) deleteEndpoints(ctx context.Context, what string, eps []Endpoint) {
+	b := r.b
+	for i, err := range parallel(ctx, b.cfg.Concurrency, eps, func(ctx context.Context, ep Endpoint) error {
+		if err := b.hns.DeleteEndpoint(ctx, ep.ID); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		r.mu.Lock()
+		if cur, ok := b.byIP[ep.IP]; ok && cur.ID == ep.ID {
+			delete(b.byIP, ep.IP)
+		}
+		r.mu.Unlock()
+		return nil
+	}) {
+		if err != nil {
+			r.fail(nil, fmt.Errorf("delete %s %s (%s): %w", what, eps[i].IP, eps[i].ID, err))
+		}
+	}
+}
+
+// saveLedger writes the owned load balancers to the ledger if they changed.
+func (b *Backend) saveLedger() error {
+	next := map[string]Owner{}
+	frontends := map[string]string{}
+	for id, o := range b.owned {
+		next[id] = o.Owner
+		frontends[id] = o.LB.Frontend()
+	}
+	b.ledger.LoadBalancers = next
+	b.ledger.Frontends = frontends
+	if equalLedgers(b.ledger, b.saved) {
+		return nil
+	}
+	return b.writeLedger()
+}
+
+// writeLedger stores the ledger and remembers what was stored.
+func (b *Backend) writeLedger() error {
+	if err := b.cfg.Ledger.Save(b.ledger); err != nil {
+		return fmt.Errorf("hns: %w", err)
+	}
+	b.saved = copyLedger(b.ledger)
+	return nil
+}
+
+func mapValues[K comparable, V any](m map[K]V) []V {
+	out := make([]V, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
