@@ -118,7 +118,7 @@ func (b *Backend) Preflight(ctx context.Context) error {
 		return err
 	}
 	if b.cfg.NetworkName == "" {
-		return fmt.Errorf("hns: %w: no HNS network name (flag --network-name)", ErrInvalid)
+		return nil // cleanup takes the ledger's network; Sync names the missing flag
 	}
 	nw, err := b.hns.GetNetwork(ctx, b.cfg.NetworkName)
 	if err != nil {

@@ -99,7 +99,7 @@ source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 `,
 	}, {
-		name: "externalTrafficPolicy Local without DSR",
+		name: "externalTrafficPolicy Local without the DSR flag",
 		opts: all,
 		ports: []*core.ServicePort{port("web", "10.96.0.10", two, withNodePort(30080, "192.168.0.11"),
 			func(p *core.ServicePort) { p.ExternalPolicyLocal = true; p.HealthCheckNodePort = 31000 })},
@@ -109,6 +109,16 @@ lb default/web:http/TCP/v4 NodePort *:30080 -> :8080 [10.244.1.5] flags=DSR port
 source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
+`,
+	}, {
+		name: "externalTrafficPolicy Local on an HNS without DSR",
+		opts: PlanOptions{Network: l2bridge, Features: Features{APIV2: true}, EnableDSR: true},
+		ports: []*core.ServicePort{port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)}, withNodePort(30080, "192.168.0.11"),
+			func(p *core.ServicePort) { p.ExternalPolicyLocal = true })},
+		want: `# HNS plan: 2 load balancers, 0 remote endpoints, 1 unsupported
+lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=none portflags=none
+lb default/web:http/TCP/v4 NodePort *:30080 -> :8080 [10.244.1.5] flags=none portflags=LocalRoutedVIP,VipExternalIP
+unsupported default/web ExternalTrafficPolicyLocalSourceIP: port http: externalTrafficPolicy Local uses only this node's endpoints, but this HNS has no DSR, so the client source address is not preserved
 `,
 	}, {
 		name: "externalTrafficPolicy Local with DSR",
@@ -285,6 +295,42 @@ unsupported default/b FrontendConflict: ExternalIP TCP/203.0.113.5/80 is already
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
 			mustEqual(t, Render(PlanState(state(c.ports...), c.opts)), c.want)
 		})
+	}
+}
+
+// TestDSRChoice: DSR as kube-proxy sets it: on ClusterIP load balancers
+// exactly with --enable-dsr, on NodePort, ExternalIP and LoadBalancer
+// ingress ones exactly with externalTrafficPolicy Local, flag or not; never
+// where HNS lacks DSR.
+func TestDSRChoice(t *testing.T) {
+	for _, c := range []struct {
+		flag, etpLocal, hnsDSR bool
+		cluster, external      bool
+	}{
+		{false, false, true, false, false},
+		{true, false, true, true, false},
+		{false, true, true, false, true},
+		{true, true, true, true, true},
+		{true, true, false, false, false},
+	} {
+		f := AllFeatures()
+		f.DSR = c.hnsDSR
+		p := port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)}, withNodePort(30080, "192.168.0.11"),
+			withFrontend(core.FrontendExternalIP, "203.0.113.5"), withFrontend(core.FrontendLoadBalancer, "198.51.100.9"),
+			func(p *core.ServicePort) { p.ExternalPolicyLocal = c.etpLocal })
+		plan := PlanState(state(p), PlanOptions{Network: l2bridge, Features: f, EnableDSR: c.flag})
+		if len(plan.LoadBalancers) != 4 {
+			t.Fatalf("%+v: %s", c, Render(plan))
+		}
+		for _, lb := range plan.LoadBalancers {
+			want := c.external
+			if lb.Kind == core.FrontendClusterIP {
+				want = c.cluster
+			}
+			if lb.LB.Flags.DSR != want {
+				t.Errorf("flag=%v etpLocal=%v hnsDSR=%v: %s", c.flag, c.etpLocal, c.hnsDSR, RenderLB(lb))
+			}
+		}
 	}
 }
 

@@ -61,7 +61,7 @@ var windowsRenderOptions struct {
 func addWindowsRenderFlags(f *pflag.FlagSet) {
 	o := &windowsRenderOptions
 	o.flags = f
-	f.StringVar(&o.file, "hns-network-file", "", "Windows: a YAML or JSON file describing the node's HNS network and options (see cmd/crossproxy README)")
+	f.StringVar(&o.file, "hns-network-file", "", "Windows: a YAML or JSON file describing the node's HNS network and options (format: platform_windows/README.md)")
 	f.StringVar(&o.node.NetworkName, "network-name", "", "Windows: the HNS network name (as run's flag)")
 	f.StringVar(&o.node.NetworkType, "hns-network-type", "", "Windows: the HNS network type, L2Bridge or Overlay (default L2Bridge)")
 	f.StringVar(&o.node.SourceVIP, "source-vip", "", "Windows: source VIP for overlay networks (as run's flag)")
