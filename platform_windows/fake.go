@@ -42,13 +42,27 @@ type Fake struct {
 	reserved map[string]bool
 }
 
-// NewFake returns a fake HNS with one network and the given features.
-func NewFake(nw Network, features Features) *Fake {
+// NewFake returns a fake HNS with one network, the given features, and the
+// endpoints the CNI made before (each given an id; not counted as calls).
+func NewFake(nw Network, features Features, endpoints ...Endpoint) *Fake {
 	if nw.ID == "" {
 		nw.ID = "00000000-0000-4000-8000-00000000BEEF"
 	}
-	return &Fake{features: features, network: nw, eps: map[string]Endpoint{}, lbs: map[string]LoadBalancer{},
+	f := &Fake{features: features, network: nw, eps: map[string]Endpoint{}, lbs: map[string]LoadBalancer{},
 		calls: map[string]int{}, reserved: map[string]bool{}}
+	for _, ep := range endpoints {
+		ep.ID = f.newID()
+		f.eps[ep.ID] = ep
+	}
+	return f
+}
+
+// State returns every endpoint (sorted by address) and every load balancer
+// (sorted by frontend, as HNS reports it): what HNS holds, without a call.
+func (f *Fake) State() ([]Endpoint, []LoadBalancer) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sortedEndpoints(), f.sortedLBs()
 }
 
 var _ HNS = (*Fake)(nil)

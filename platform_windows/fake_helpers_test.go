@@ -128,16 +128,14 @@ func (f *Fake) MaxInFlight() int {
 
 // LoadBalancers returns every load balancer as HNS reports it, sorted by frontend.
 func (f *Fake) LoadBalancers() []LoadBalancer {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.sortedLBs()
+	_, lbs := f.State()
+	return lbs
 }
 
 // Endpoints returns a snapshot of every endpoint, sorted by IP.
 func (f *Fake) Endpoints() []Endpoint {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.sortedEndpoints()
+	eps, _ := f.State()
+	return eps
 }
 
 // SetRemoteSubnets replaces the network's remote subnets (the CNI moved a
