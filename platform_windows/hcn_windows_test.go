@@ -64,8 +64,8 @@ func TestHCNNetworkAndEndpoints(t *testing.T) {
 		t.Fatal("a malformed remote subnet must be an error")
 	}
 
-	local, err := endpointToHCN(Endpoint{Name: SourceVIPEndpointName, IP: ip("10.244.1.2"), ProviderAddress: ip("192.168.0.11"), MAC: hostMAC})
-	if err != nil || local.Flags&hcn.EndpointFlagsRemoteEndpoint != 0 || len(local.Policies) != 1 || local.MacAddress != hostMAC {
+	local, err := endpointToHCN(Endpoint{Name: SourceVIPEndpointName, IP: ip("10.244.1.2"), MAC: hostMAC})
+	if err != nil || local.Flags&hcn.EndpointFlagsRemoteEndpoint != 0 || len(local.Policies) != 0 || local.MacAddress != hostMAC {
 		t.Fatalf("source VIP endpoint: %+v %v", local, err)
 	}
 	req, err := endpointToHCN(Endpoint{Name: RemoteEndpointPrefix + "10.244.2.7", IP: ip("10.244.2.7"), Remote: true, ProviderAddress: ip("192.168.0.12"), MAC: "02-11-0a-f4-02-07"})

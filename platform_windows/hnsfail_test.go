@@ -113,7 +113,7 @@ func TestFeaturesRetriedAtBoot(t *testing.T) {
 }
 
 // TestSourceVIPEndpointCreated: an overlay network without the source VIP's
-// endpoint gets one (local, host MAC, this node as provider address), as
+// endpoint gets one (local, host MAC, no provider address policy), as
 // kube-proxy creates it; if HNS refuses it the sync stops before any load
 // balancer.
 func TestSourceVIPEndpointCreated(t *testing.T) {
@@ -146,7 +146,7 @@ func TestSourceVIPEndpointCreated(t *testing.T) {
 			got = ep
 		}
 	}
-	want := Endpoint{ID: got.ID, Name: SourceVIPEndpointName, IP: ip("10.244.1.2"), ProviderAddress: ip("192.168.0.11"), MAC: hostMAC}
+	want := Endpoint{ID: got.ID, Name: SourceVIPEndpointName, IP: ip("10.244.1.2"), MAC: hostMAC}
 	if got != want || len(f.LoadBalancers()) != 1 || pod == "" {
 		t.Fatalf("source VIP endpoint %+v, want %+v; load balancers %v", got, want, f.LoadBalancers())
 	}

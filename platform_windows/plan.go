@@ -66,7 +66,7 @@ type Plan struct {
 	// address), as kube-proxy creates.
 	RemoteEndpoints []Endpoint
 	// SourceVIPEndpoint is the local endpoint the overlay source VIP needs
-	// (host MAC, this node's provider address); nil on L2Bridge.
+	// (host MAC); nil on L2Bridge.
 	SourceVIPEndpoint *Endpoint
 	Notices           []Notice
 }
@@ -128,7 +128,9 @@ func PlanPorts(state *core.NodeState, keys []core.PortKey, opts PlanOptions) Pla
 	pl := planner{opts: opts, state: state, nodeIP: opts.nodeIP(state),
 		remotes: map[netip.Addr]Endpoint{}, frontends: map[string]core.PortKey{}}
 	if opts.Network.IsOverlay() && opts.SourceVIP.IsValid() {
-		pl.plan.SourceVIPEndpoint = &Endpoint{Name: SourceVIPEndpointName, IP: opts.SourceVIP, MAC: opts.HostMAC, ProviderAddress: pl.nodeIP}
+		// A local endpoint: kube-proxy gives it the host MAC and no provider
+		// address policy (HNS takes one for remote endpoints only).
+		pl.plan.SourceVIPEndpoint = &Endpoint{Name: SourceVIPEndpointName, IP: opts.SourceVIP, MAC: opts.HostMAC}
 	}
 	for _, k := range keys {
 		if p := state.Ports[k]; p != nil {

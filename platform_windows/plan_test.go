@@ -26,7 +26,7 @@ func TestPlanParity(t *testing.T) {
 		ports: []*core.ServicePort{port("web", "10.96.0.10", two)},
 		want: `# HNS plan: 1 load balancers, 2 remote endpoints, 0 unsupported
 lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=none sourceVIP=10.244.1.2
-source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+source-vip-endpoint 10.244.1.2 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 `,
@@ -37,7 +37,7 @@ remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 		want: `# HNS plan: 2 load balancers, 2 remote endpoints, 0 unsupported
 lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=none sourceVIP=10.244.1.2
 lb default/web:http/TCP/v4 NodePort *:30080 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=LocalRoutedVIP,VipExternalIP sourceVIP=10.244.1.2
-source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+source-vip-endpoint 10.244.1.2 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 `,
@@ -50,7 +50,7 @@ remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=none sourceVIP=10.244.1.2
 lb default/web:http/TCP/v4 ExternalIP 203.0.113.5:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=VipExternalIP sourceVIP=10.244.1.2
 lb default/web:http/TCP/v4 LoadBalancer 198.51.100.9:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=VipExternalIP sourceVIP=10.244.1.2
-source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+source-vip-endpoint 10.244.1.2 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 `,
@@ -62,7 +62,7 @@ remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 		want: `# HNS plan: 2 load balancers, 2 remote endpoints, 1 unsupported
 lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=none sourceVIP=10.244.1.2
 lb default/web:http/TCP/v4 LoadBalancer 198.51.100.9:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=VipExternalIP sourceVIP=10.244.1.2
-source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+source-vip-endpoint 10.244.1.2 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 unsupported default/web LoadBalancerSourceRanges: port http: HNS load balancers cannot filter clients by source; loadBalancerSourceRanges 203.0.113.0/24 are not enforced
@@ -74,7 +74,7 @@ unsupported default/web LoadBalancerSourceRanges: port http: HNS load balancers 
 			func(p *core.ServicePort) { p.Affinity = core.Affinity{ClientIP: true, TimeoutSeconds: 600} })},
 		want: `# HNS plan: 1 load balancers, 2 remote endpoints, 1 unsupported
 lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=none affinity=SourceIP sourceVIP=10.244.1.2
-source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+source-vip-endpoint 10.244.1.2 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 unsupported default/web SessionAffinityTimeout: port http: HNS keeps ClientIP affinity without a timeout; timeoutSeconds=600 is not enforced
@@ -95,7 +95,7 @@ unsupported default/web SessionAffinity: port http: this HNS does not support se
 		ports: []*core.ServicePort{port("web", "10.96.0.10", two, func(p *core.ServicePort) { p.InternalPolicyLocal = true })},
 		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 0 unsupported
 lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=none portflags=none sourceVIP=10.244.1.2
-source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+source-vip-endpoint 10.244.1.2 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 `,
 	}, {
@@ -106,7 +106,7 @@ remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 		want: `# HNS plan: 2 load balancers, 2 remote endpoints, 0 unsupported
 lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=none sourceVIP=10.244.1.2
 lb default/web:http/TCP/v4 NodePort *:30080 -> :8080 [10.244.1.5] flags=DSR portflags=LocalRoutedVIP,VipExternalIP sourceVIP=10.244.1.2
-source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+source-vip-endpoint 10.244.1.2 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 `,
@@ -144,7 +144,7 @@ remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 		opts:  all,
 		ports: []*core.ServicePort{port("web", "10.96.0.10", nil, withNodePort(30080, "192.168.0.11"))},
 		want: `# HNS plan: 0 load balancers, 1 remote endpoints, 2 unsupported
-source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+source-vip-endpoint 10.244.1.2 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 unsupported default/web RejectWithoutEndpoints: port http ClusterIP: the Service has no endpoints; HNS cannot reject, so connections time out instead of being refused
 unsupported default/web RejectWithoutEndpoints: port http NodePort: the Service has no endpoints; HNS cannot reject, so connections time out instead of being refused
@@ -159,7 +159,7 @@ unsupported default/web RejectWithoutEndpoints: port http NodePort: the Service 
 				p.Frontends = p.Frontends[1:]
 			})},
 		want: `# HNS plan: 0 load balancers, 1 remote endpoints, 0 unsupported
-source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+source-vip-endpoint 10.244.1.2 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 `,
 	}, {
@@ -170,7 +170,7 @@ remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 		})},
 		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 0 unsupported
 lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=none portflags=none sourceVIP=10.244.1.2
-source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+source-vip-endpoint 10.244.1.2 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 `,
 	}, {
@@ -182,7 +182,7 @@ remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 		})},
 		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 0 unsupported
 lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=none portflags=none sourceVIP=10.244.1.2
-source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+source-vip-endpoint 10.244.1.2 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 `,
 	}, {
@@ -193,7 +193,7 @@ remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 		})},
 		want: `# HNS plan: 1 load balancers, 2 remote endpoints, 1 unsupported
 lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.2.7*] flags=none portflags=none sourceVIP=10.244.1.2
-source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+source-vip-endpoint 10.244.1.2 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.244.2.7 pa=192.168.0.12 mac=02-11-0a-f4-02-07
 unsupported default/web MixedTargetPorts: port http ClusterIP: an HNS load balancer has one internal port; 2 endpoints on port 8080 are used, 10.244.2.8:9090 are not
@@ -219,7 +219,7 @@ remote-endpoint fd00:2::7 mac=02-11-07-00-00-00
 		},
 		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 1 unsupported
 lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=none portflags=none sourceVIP=10.244.1.2
-source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+source-vip-endpoint 10.244.1.2 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 unsupported default/web DualStackOverlay: port http: overlay networks carry one IP family (kube-proxy disables dual-stack there); the IPv6 frontends are not proxied
 `,
@@ -242,7 +242,7 @@ unsupported default/web IPv6: port http: this HNS does not support IPv6 load bal
 		})},
 		want: `# HNS plan: 1 load balancers, 1 remote endpoints, 0 unsupported
 lb default/dns:http/UDP/v4 ClusterIP 10.96.0.53:53 -> :53 [10.244.1.5] flags=none portflags=none sourceVIP=10.244.1.2
-source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+source-vip-endpoint 10.244.1.2 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.53 pa=192.168.0.11 mac=00-15-5d-00-00-11
 `,
 	}, {
@@ -252,7 +252,7 @@ remote-endpoint 10.96.0.53 pa=192.168.0.11 mac=00-15-5d-00-00-11
 			p.Key.Protocol, p.Protocol = v1.ProtocolSCTP, v1.ProtocolSCTP
 		})},
 		want: `# HNS plan: 0 load balancers, 1 remote endpoints, 1 unsupported
-source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+source-vip-endpoint 10.244.1.2 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.20 pa=192.168.0.11 mac=00-15-5d-00-00-11
 unsupported default/sig ProtocolSCTP: port http: HNS load balancers support TCP and UDP only; SCTP is not proxied on Windows
 `,
@@ -270,7 +270,7 @@ remote-endpoint 10.244.9.7 mac=02-11-0a-f4-09-07
 		ports: []*core.ServicePort{port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080), remote("10.244.9.7", 8080)})},
 		want: `# HNS plan: 1 load balancers, 2 remote endpoints, 0 unsupported
 lb default/web:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5 10.244.9.7*] flags=none portflags=none sourceVIP=192.168.0.11
-source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+source-vip-endpoint 10.244.1.2 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.244.9.7 pa=192.168.0.11 mac=02-11-0a-f4-09-07
 `,
@@ -285,7 +285,7 @@ remote-endpoint 10.244.9.7 pa=192.168.0.11 mac=02-11-0a-f4-09-07
 lb default/a:http/TCP/v4 ClusterIP 10.96.0.10:80 -> :8080 [10.244.1.5] flags=none portflags=none sourceVIP=10.244.1.2
 lb default/a:http/TCP/v4 ExternalIP 203.0.113.5:80 -> :8080 [10.244.1.5] flags=none portflags=VipExternalIP sourceVIP=10.244.1.2
 lb default/b:http/TCP/v4 ClusterIP 10.96.0.11:80 -> :8080 [10.244.1.6] flags=none portflags=none sourceVIP=10.244.1.2
-source-vip-endpoint 10.244.1.2 pa=192.168.0.11 mac=00-15-5d-00-00-11
+source-vip-endpoint 10.244.1.2 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.10 pa=192.168.0.11 mac=00-15-5d-00-00-11
 remote-endpoint 10.96.0.11 pa=192.168.0.11 mac=00-15-5d-00-00-11
 unsupported default/b FrontendConflict: ExternalIP TCP/203.0.113.5/80 is already used by default/a:http/TCP/v4; HNS allows one load balancer per frontend

@@ -18,7 +18,7 @@ func Render(p Plan) string {
 		sb.WriteByte('\n')
 	}
 	if ep := p.SourceVIPEndpoint; ep != nil {
-		fmt.Fprintf(&sb, "source-vip-endpoint %s pa=%s mac=%s\n", ep.IP, ep.ProviderAddress, ep.MAC)
+		fmt.Fprintf(&sb, "source-vip-endpoint %s mac=%s\n", ep.IP, ep.MAC)
 	}
 	for _, ep := range p.RemoteEndpoints {
 		fmt.Fprintf(&sb, "remote-endpoint %s", ep.IP)
