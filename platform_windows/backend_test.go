@@ -461,29 +461,3 @@ func TestForeignFrontendConflict(t *testing.T) {
 	r.sync(t, s, full())
 	mustEqual(t, r.dump(), "TCP/10.96.0.10/80 -> :8080 [10.244.1.5] none\nTCP/10.96.0.11/80 -> :8080 [10.244.1.6] none\n")
 }
-
-// TestBadAddressesDoNotFailEverySync: a frontend or endpoint address that is
-// invalid or of the port's other family (which the core should never
-// produce) is left out, as the Linux backend does, instead of making HNS
-// refuse the load balancer on every sync; the rest of the port and every
-// other Service are programmed and the sync succeeds.
-func TestBadAddressesDoNotFailEverySync(t *testing.T) {
-	r := newRig(t, AllFeatures(), "10.244.1.5")
-	bad := port("bad", "10.96.0.11", []core.Endpoint{local("10.244.1.5", 8080), local("fd00:1::5", 8080), {Port: 8080, Local: true}},
-		withFrontend(core.FrontendExternalIP, "fd00::7"), func(p *core.ServicePort) {
-			p.Frontends = append(p.Frontends, core.Frontend{Kind: core.FrontendExternalIP, Port: 80})
-		})
-	good := port("good", "10.96.0.12", []core.Endpoint{local("10.244.1.5", 8080)})
-	if err := r.backend.Sync(context.Background(), state(bad, good), full()); err != nil {
-		t.Fatalf("sync: %v", err)
-	}
-	got := r.dump()
-	for _, want := range []string{"TCP/10.96.0.11/80 -> :8080 [10.244.1.5]", "TCP/10.96.0.12/80"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("no load balancer for %s:\n%s", want, got)
-		}
-	}
-	if strings.Contains(got, "fd00") || strings.Contains(got, "invalid IP") {
-		t.Errorf("a bad address reached HNS:\n%s", got)
-	}
-}

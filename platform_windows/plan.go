@@ -212,8 +212,9 @@ func (pl *planner) familyOK(p *core.ServicePort) bool {
 	return !v6
 }
 
+// sortKeys orders ports as the core does (core.PortKey.Compare).
 func sortKeys(keys []core.PortKey) {
-	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	slices.SortFunc(keys, core.PortKey.Compare)
 }
 
 // planPort turns one Service port into its load balancers: one per ClusterIP,
@@ -236,8 +237,9 @@ func (pl *planner) planPort(p *core.ServicePort) ([]PlannedLB, []Notice) {
 		note("Protocol"+string(p.Protocol), "port %s: HNS load balancers support TCP and UDP only; %s is not proxied on Windows", p.Key.PortName, p.Protocol)
 		return nil, notices
 	}
+	// The core guarantees a family-pure, valid port (core.ServicePort), so
+	// no address here can make HNS refuse the load balancer.
 	ipv6 := p.Key.Family == v1.IPv6Protocol
-	p = familyOnly(p)
 	if !pl.familyOK(p) {
 		note("DualStackOverlay", "port %s: overlay networks carry one IP family (kube-proxy disables dual-stack there); the %s frontends are not proxied", p.Key.PortName, p.Key.Family)
 		return nil, notices
@@ -380,44 +382,6 @@ func (pl *planner) remoteEndpoint(ip netip.Addr) Endpoint {
 	}
 	ep.ProviderAddress = pa
 	return ep
-}
-
-// familyOnly returns p, or a copy without the frontends and endpoints whose
-// address is invalid or of the other family. The core never produces them,
-// but HNS would refuse such a load balancer on every sync, failing every
-// sync; the Linux backend leaves the same addresses out.
-func familyOnly(p *core.ServicePort) *core.ServicePort {
-	v6 := p.Key.Family == v1.IPv6Protocol
-	ok := func(a netip.Addr) bool { return a.IsValid() && a.Is6() == v6 && !a.Is4In6() }
-	okFE := func(f core.Frontend) bool { return ok(f.Addr) }
-	okEP := func(e core.Endpoint) bool { return ok(e.Addr) }
-	if allOf(p.Frontends, okFE) && allOf(p.ClusterEndpoints, okEP) && allOf(p.LocalEndpoints, okEP) {
-		return p
-	}
-	c := *p
-	c.Frontends = filter(p.Frontends, okFE)
-	c.ClusterEndpoints = filter(p.ClusterEndpoints, okEP)
-	c.LocalEndpoints = filter(p.LocalEndpoints, okEP)
-	return &c
-}
-
-func allOf[T any](xs []T, keep func(T) bool) bool {
-	for _, x := range xs {
-		if !keep(x) {
-			return false
-		}
-	}
-	return true
-}
-
-func filter[T any](xs []T, keep func(T) bool) []T {
-	var out []T
-	for _, x := range xs {
-		if keep(x) {
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 // targetPortGroup picks the endpoints an HNS load balancer can serve: HNS maps
