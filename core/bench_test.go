@@ -64,14 +64,7 @@ func BenchmarkTrackerInitialSnapshot10k(b *testing.B) {
 // BenchmarkTrackerSliceUpdate10k is one EndpointSlice update followed by a
 // Snapshot on a Tracker holding 10,000 Services x 10 endpoints, the old
 // NodeState kept intact (target: under 1 ms).
-func BenchmarkTrackerSliceUpdate10k(b *testing.B) { benchSliceUpdate10k(b, false) }
-
-// BenchmarkTrackerSliceUpdate10kRecycle is BenchmarkTrackerSliceUpdate10k with
-// the caller handing back the previous NodeState (Tracker.Recycle), so the
-// Ports map is updated in place instead of copied.
-func BenchmarkTrackerSliceUpdate10kRecycle(b *testing.B) { benchSliceUpdate10k(b, true) }
-
-func benchSliceUpdate10k(b *testing.B, recycle bool) {
+func BenchmarkTrackerSliceUpdate10k(b *testing.B) {
 	services, sl := benchObjects(10000, 10)
 	tr, _ := NewTracker(Options{})
 	tr.SetNode(defaultNode())
@@ -81,7 +74,7 @@ func benchSliceUpdate10k(b *testing.B, recycle bool) {
 	for _, s := range sl {
 		tr.UpsertSlice(s)
 	}
-	prev, _ := tr.Snapshot()
+	tr.Snapshot()
 	// Two versions of one slice: with and without its last endpoint.
 	a := sl[5000]
 	shorter := a.DeepCopy()
@@ -96,9 +89,5 @@ func benchSliceUpdate10k(b *testing.B, recycle bool) {
 		if len(ch.Ports) != 1 || len(st.Ports) != 10000 {
 			b.Fatalf("changed %d of %d ports", len(ch.Ports), len(st.Ports))
 		}
-		if recycle {
-			tr.Recycle(prev)
-		}
-		prev = st
 	}
 }

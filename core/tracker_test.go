@@ -1,6 +1,7 @@
 package core
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -297,9 +298,11 @@ func TestSortedPorts(t *testing.T) {
 	}
 }
 
-// TestTrackerRecycle checks that reusing a handed-back Ports map gives the
-// same states as copying, and that only the state before the latest is taken.
-func TestTrackerRecycle(t *testing.T) {
+// TestTrackerStatesStayIntact: every Snapshot equals Compute of the objects
+// at that moment, and a NodeState returned earlier still reads the same after
+// later Snapshots changed, added and removed ports (a NodeState is never
+// modified, so readers need no coordination with the sync loop).
+func TestTrackerStatesStayIntact(t *testing.T) {
 	tr := newTestTracker(t)
 	var services []*v1.Service
 	for i := range 5 {
@@ -314,12 +317,8 @@ func TestTrackerRecycle(t *testing.T) {
 		tr.UpsertSlice(s)
 	}
 	set("s0", ep("10.0.0.1", "n1"))
-	prev, _ := tr.Snapshot()
-	tr.Recycle(prev) // the latest state: ignored
-	if prev.Ports == nil {
-		t.Fatal("latest state was recycled")
-	}
 	steps := []func(){
+		func() {},
 		func() { set("s1", ep("10.0.1.1", "n1")) },
 		func() { set("s0", ep("10.0.0.2", "n1")) },
 		func() {},
@@ -327,16 +326,11 @@ func TestTrackerRecycle(t *testing.T) {
 		func() { set("s3", ep("10.0.3.1", "n2")); set("s1") },
 		func() { set("s4", ep("10.0.4.1", "n1")) },
 	}
-	for i, step := range steps {
+	var kept []*NodeState
+	var seen []string
+	for _, step := range steps {
 		step()
 		st, _ := tr.Snapshot()
-		if i%2 == 0 {
-			tr.Recycle(prev)
-			tr.Recycle(prev) // twice: ignored
-			if i == 0 && prev.Ports != nil {
-				t.Fatal("the state before the latest was not recycled")
-			}
-		}
 		var sl []*discovery.EndpointSlice
 		for _, s := range slicesNow {
 			sl = append(sl, s)
@@ -348,10 +342,17 @@ func TestTrackerRecycle(t *testing.T) {
 			}
 		}
 		assertSameState(t, mustCompute(t, Options{}, defaultNode(), live, sl), st)
-		prev = st
+		j, err := json.Marshal(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, seen = append(kept, st), append(seen, string(j))
 	}
-	tr.Recycle(nil)
-	tr.Recycle(&NodeState{})
+	for i, st := range kept {
+		if j, _ := json.Marshal(st); string(j) != seen[i] {
+			t.Errorf("state %d changed after later snapshots:\n now %s\nthen %s", i, j, seen[i])
+		}
+	}
 }
 
 // TestComputeOrderIndependent: the same objects in any order give the same state.

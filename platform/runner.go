@@ -2,12 +2,10 @@ package platform
 
 import (
 	"context"
-	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/sirupsen/logrus"
 
@@ -22,15 +20,6 @@ type StateSource interface {
 	ForceFull()
 }
 
-// StateRecycler is a StateSource that can reuse the memory of a NodeState
-// nothing reads any more (core.Tracker.Recycle): the next Snapshot then
-// updates the old Ports map in place instead of copying every entry, which
-// at 10,000 Services is most of the cost of a one-slice change. The Runner
-// hands back a state only once no observer retains it (SyncResult.Retain).
-type StateRecycler interface {
-	Recycle(*core.NodeState)
-}
-
 // SyncResult describes one finished sync, for metrics, health and logs.
 type SyncResult struct {
 	// ID numbers syncs from 1 in this process; logs carry it as "sync".
@@ -39,16 +28,10 @@ type SyncResult struct {
 	Start    time.Time
 	Duration time.Duration
 	Err      error
-	State    *core.NodeState
-	Changes  core.Changes
-	// Retain lets an observer keep reading State after its OnSync callback
-	// returns, and must be called during the callback (or while an earlier
-	// Retain of the same state is still held). The Runner recycles the
-	// memory of a state that nothing retains (StateRecycler), so an observer
-	// that keeps State without Retain may later read a changed Ports map.
-	// release is safe to call more than once. Observers that read State only
-	// inside their callback need not call Retain.
-	Retain func() (release func())
+	// State is never modified (core.Tracker.Snapshot), so an observer may
+	// keep it and read it from any goroutine after its callback returns.
+	State   *core.NodeState
+	Changes core.Changes
 }
 
 // RunnerConfig tunes a Runner. Zero values take kube-proxy's defaults.
@@ -104,14 +87,6 @@ type Runner struct {
 	queued    []func(time.Time)
 
 	syncID atomic.Uint64
-
-	// holdMu guards holds: how many retainers each Ports map has, keyed by
-	// the map's identity, because consecutive NodeStates share one map when
-	// nothing changed in between and a map is what gets recycled.
-	holdMu sync.Mutex
-	holds  map[unsafe.Pointer]int
-	// prev and last are the two latest snapshots, owned by Run's goroutine.
-	prev, last *core.NodeState
 }
 
 // NewRunner returns a Runner that applies source's state to backend.
@@ -123,7 +98,6 @@ func NewRunner(cfg RunnerConfig, source StateSource, backend Backend, log logrus
 		log:     log,
 		trigger: make(chan struct{}, 1),
 		now:     time.Now,
-		holds:   map[unsafe.Pointer]int{},
 	}
 }
 
@@ -131,8 +105,7 @@ func NewRunner(cfg RunnerConfig, source StateSource, backend Backend, log logrus
 func (r *Runner) Config() RunnerConfig { return r.cfg }
 
 // OnSync registers f to be called after every sync, successful or not, from
-// the Runner's goroutine. Register before Run. f may read res.State only
-// until it returns, unless it calls res.Retain.
+// the Runner's goroutine. Register before Run.
 func (r *Runner) OnSync(f func(SyncResult)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -250,16 +223,11 @@ func (r *Runner) Run(ctx context.Context) error {
 
 // syncOnce takes a snapshot and applies it, reporting to observers.
 func (r *Runner) syncOnce(ctx context.Context, carry []core.StaleEndpoint) SyncResult {
-	r.recycle()
 	state, changes := r.source.Snapshot()
-	r.prev, r.last = r.last, state
 	if len(carry) > 0 {
 		changes.StaleUDP = append(append([]core.StaleEndpoint(nil), carry...), changes.StaleUDP...)
 	}
-	res := SyncResult{ID: r.syncID.Add(1), Full: changes.Full, Start: r.now(), State: state, Changes: changes,
-		Retain: func() func() { return r.retain(state) }}
-	// The Runner itself retains the state while the backend and the observers read it.
-	defer r.retain(state)()
+	res := SyncResult{ID: r.syncID.Add(1), Full: changes.Full, Start: r.now(), State: state, Changes: changes}
 	log := r.log.WithFields(logrus.Fields{"sync": res.ID, "full": res.Full, "ports": len(changes.Ports)})
 	log.Debug("sync start")
 	res.Err = r.backend.Sync(ctx, state, changes)
@@ -274,53 +242,6 @@ func (r *Runner) syncOnce(ctx context.Context, carry []core.StaleEndpoint) SyncR
 		f(res)
 	}
 	return res
-}
-
-// retain counts one more reader of st's Ports map; the returned func undoes it once.
-func (r *Runner) retain(st *core.NodeState) func() {
-	if st == nil || st.Ports == nil {
-		return func() {}
-	}
-	key := mapID(st.Ports)
-	r.holdMu.Lock()
-	r.holds[key]++
-	r.holdMu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			r.holdMu.Lock()
-			defer r.holdMu.Unlock()
-			if r.holds[key]--; r.holds[key] <= 0 {
-				delete(r.holds, key)
-			}
-		})
-	}
-}
-
-// recycle hands the state before the latest back to a StateRecycler source
-// when nothing retains its Ports map and the latest state does not share it.
-// The source itself refuses anything but the state before its latest, so a
-// state it still uses is never reused.
-func (r *Runner) recycle() {
-	rec, ok := r.source.(StateRecycler)
-	if !ok || r.prev == nil || r.prev.Ports == nil || r.last == nil || mapID(r.prev.Ports) == mapID(r.last.Ports) {
-		return
-	}
-	r.holdMu.Lock()
-	defer r.holdMu.Unlock()
-	// No new retainer can appear once the count is zero: Retain is only
-	// called by a holder of the same map. Holding holdMu across Recycle
-	// keeps that true even for a careless caller.
-	if r.holds[mapID(r.prev.Ports)] > 0 {
-		return
-	}
-	rec.Recycle(r.prev)
-	r.prev = nil
-}
-
-// mapID is the identity of a Ports map: two NodeStates with equal IDs share one map.
-func mapID(m map[core.PortKey]*core.ServicePort) unsafe.Pointer {
-	return reflect.ValueOf(m).UnsafePointer()
 }
 
 func (r *Runner) notifyQueued(at time.Time) {

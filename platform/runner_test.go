@@ -245,19 +245,6 @@ func TestRunnerStopLeavesRules(t *testing.T) {
 	}
 }
 
-// recyclingSource is a core.Tracker that counts the states it took back.
-type recyclingSource struct {
-	*core.Tracker
-	recycled int
-}
-
-func (s *recyclingSource) Recycle(st *core.NodeState) {
-	s.Tracker.Recycle(st)
-	if st.Ports == nil { // the Tracker took it
-		s.recycled++
-	}
-}
-
 func testService(name, ip string) *v1.Service {
 	return &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
@@ -279,62 +266,36 @@ func testSlice(svc string, addrs ...string) *discovery.EndpointSlice {
 	return s
 }
 
-// TestRunnerRecyclesOnlyReleasedStates: the Runner hands the state before the
-// latest back to a recycling source, but never one an observer retains, and
-// a retained state keeps its contents while the Runner goes on.
-func TestRunnerRecyclesOnlyReleasedStates(t *testing.T) {
+// TestRunnerKeptStatesStayIntact: an observer may keep every SyncResult.State
+// past its callback; later syncs never change a kept state.
+func TestRunnerKeptStatesStayIntact(t *testing.T) {
 	tr, err := core.NewTracker(core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := &recyclingSource{Tracker: tr}
 	tr.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	tr.UpsertService(testService("a", "10.96.0.1"))
 	tr.UpsertService(testService("b", "10.96.0.2"))
-	r := NewRunner(RunnerConfig{}, src, &fakeBackend{}, quietLog())
-	retainNext := false
-	var kept *core.NodeState
-	var release func()
+	r := NewRunner(RunnerConfig{}, tr, &fakeBackend{}, quietLog())
+	var kept []*core.NodeState
+	var seen [][]string
 	r.OnSync(func(res SyncResult) {
-		if retainNext {
-			kept, release = res.State, res.Retain()
-			retainNext = false
-		}
+		kept, seen = append(kept, res.State), append(seen, endpointsOf(res.State))
 	})
-	step := func(addr string) *core.NodeState {
+	for _, addr := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"} {
 		tr.UpsertSlice(testSlice("a", addr))
-		return r.syncOnce(context.Background(), nil).State
+		r.syncOnce(context.Background(), nil)
+		r.syncOnce(context.Background(), nil) // nothing changed: the same map, shared
 	}
-	first := step("10.0.0.1")
-	step("10.0.0.2")
-	if src.recycled != 0 {
-		t.Fatalf("recycled %d states with only two syncs; the latest is still the source's", src.recycled)
+	tr.DeleteService(testService("a", ""))
+	r.syncOnce(context.Background(), nil)
+	for i, st := range kept {
+		if got := endpointsOf(st); !slices.Equal(got, seen[i]) {
+			t.Errorf("state of sync %d changed after later syncs: %v, want %v", i+1, got, seen[i])
+		}
 	}
-	step("10.0.0.3")
-	if src.recycled != 1 || first.Ports != nil {
-		t.Fatalf("recycled %d states; want the first one back (its Ports %v)", src.recycled, first.Ports)
-	}
-	retainNext = true
-	step("10.0.0.4") // recycles the second state
-	want := endpointsOf(kept)
-	step("10.0.0.5") // recycles the third; the retained state is now the one before the latest
-	n := src.recycled
-	step("10.0.0.6")
-	if n != 3 || src.recycled != n || kept.Ports == nil {
-		t.Fatalf("recycled %d then %d states; the retained one must not be", n, src.recycled)
-	}
-	if got := endpointsOf(kept); !slices.Equal(got, want) {
-		t.Fatalf("retained state changed under its reader: %v, want %v", got, want)
-	}
-	release()
-	release() // twice: harmless
-	step("10.0.0.7")
-	step("10.0.0.8")
-	if src.recycled != n+2 {
-		t.Fatalf("recycled %d states after the release, want %d", src.recycled, n+2)
-	}
-	if len(r.holds) != 0 {
-		t.Fatalf("holds left: %v", r.holds)
+	if last := kept[len(kept)-1]; len(last.Ports) != 1 {
+		t.Fatalf("the last state has %d ports, want 1 (b)", len(last.Ports))
 	}
 }
 

@@ -43,47 +43,27 @@ type Handler struct {
 	Log      logrus.FieldLogger
 
 	mu    sync.RWMutex
-	state *core.NodeState
+	state *core.NodeState // never modified: requests read it without the lock
 	sync  uint64
-	// retain and release hold state against the runner's recycling
-	// (platform.SyncResult.Retain): release drops the Handler's own hold,
-	// retain adds one for a request that reads state.
-	retain  func() func()
-	release func()
 }
 
 // Observe records the state of each successful sync; register it with
 // Runner.OnSync. A failed sync keeps the previous state: its rules are the
-// ones still in force. The state is retained until a later successful sync
-// replaces it, and every request retains the state it reads until it is done,
-// so the runner never reuses memory a request still reads.
+// ones still in force.
 func (h *Handler) Observe(res platform.SyncResult) {
 	if res.Err != nil || res.State == nil {
 		return
 	}
-	retain := res.Retain
-	if retain == nil {
-		retain = func() func() { return func() {} }
-	}
-	release := retain()
 	h.mu.Lock()
-	old := h.release
-	h.state, h.sync, h.retain, h.release = res.State, res.ID, retain, release
+	h.state, h.sync = res.State, res.ID
 	h.mu.Unlock()
-	if old != nil {
-		old()
-	}
 }
 
-// lastState returns the last successful sync's state and a func the caller
-// must call once it stops reading the state.
-func (h *Handler) lastState() (*core.NodeState, uint64, func()) {
+// lastState returns the last successful sync's state and its sync ID.
+func (h *Handler) lastState() (*core.NodeState, uint64) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	if h.state == nil {
-		return nil, h.sync, func() {}
-	}
-	return h.state, h.sync, h.retain()
+	return h.state, h.sync
 }
 
 // Report builds the explain report of svc as this proxy sees it.
@@ -92,8 +72,7 @@ func (h *Handler) Report(ctx context.Context, svc types.NamespacedName) *explain
 	if h.Objects != nil {
 		in.Object, in.Slices = h.Objects.Objects(svc)
 	}
-	st, id, done := h.lastState()
-	defer done()
+	st, id := h.lastState()
 	if st == nil {
 		in.StateUnavailable = "the proxy has not finished its first sync"
 	}
@@ -123,8 +102,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case explainPath:
 		h.serveExplain(w, r)
 	case StatePath:
-		st, id, done := h.lastState()
-		defer done()
+		st, id := h.lastState()
 		if st == nil {
 			http.Error(w, "no successful sync yet", http.StatusServiceUnavailable)
 			return
