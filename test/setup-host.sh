@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # Installs the host packages the test suites use (idempotent). Run as root.
 set -euo pipefail
-pkgs=(nftables conntrack iproute2 wine wine64 wixl msitools gcc-mingw-w64-x86-64-win32 lksctp-tools socat osslsigncode systemd openssl)
+# gcc and libc6-dev: cgo for `go test -race` (make test-unit); g++, make and
+# python3: node-gyp builds tree-sitter's native module.
+pkgs=(nftables conntrack iproute2 wine wine64 wixl msitools gcc-mingw-w64-x86-64-win32 lksctp-tools socat osslsigncode systemd openssl
+  gcc libc6-dev g++ make python3)
+# node and npm (TestInstallPS1Parses): the machine may have them from another
+# source than Debian's packages, whose npm would conflict with it.
+command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
+command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -10,3 +17,5 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 echo "setup-host: packages present"
+# tree-sitter and its PowerShell grammar, in a cache outside the clone.
+bash "$(dirname "$0")/installer/tree-sitter.sh" install

@@ -20,27 +20,25 @@ import (
 // remember settings in the same registry values and build the same service
 // command line.
 
-const (
-	treeSitterVersion = "0.25.1"
-	psGrammarVersion  = "0.26.4"
-)
-
 func installPS1() string { return filepath.Join(RepoRoot(), "installer", "windows", "install.ps1") }
 
-// parserDir installs the npm parser once into test/.cache (gitignored).
+// parserDir is where test/installer/tree-sitter.sh installed tree-sitter and
+// its PowerShell grammar (test/setup-host.sh runs it; the versions live
+// there). The test installs nothing itself: it fails, saying how to install.
 func parserDir(t *testing.T) string {
 	t.Helper()
-	dir := filepath.Join(RepoRoot(), "test", ".cache", "tree-sitter-"+treeSitterVersion+"-powershell-"+psGrammarVersion)
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "tree-sitter-powershell")); err != nil {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command("npm", "install", "--no-audit", "--no-fund", "--silent", "--no-save",
-			"tree-sitter@"+treeSitterVersion, "tree-sitter-powershell@"+psGrammarVersion)
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm install tree-sitter: %v\n%s", err, out)
-		}
+	script := filepath.Join(RepoRoot(), "test", "installer", "tree-sitter.sh")
+	out, err := exec.Command("bash", script, "dir").Output()
+	if err != nil {
+		t.Fatalf("%s dir: %v", script, err)
+	}
+	dir := strings.TrimSpace(string(out))
+	if _, err := os.Stat(filepath.Join(dir, ".complete")); err != nil {
+		t.Fatalf("tree-sitter and its PowerShell grammar are not installed in %s: run `bash test/setup-host.sh` "+
+			"(or `bash %s install`, which needs node and npm)", dir, script)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatalf("node is not installed: run `bash test/setup-host.sh`")
 	}
 	// The script must sit next to node_modules for ES module resolution.
 	src, err := os.ReadFile(filepath.Join(RepoRoot(), "test", "installer", "ps-parse.mjs"))
