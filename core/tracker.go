@@ -375,6 +375,9 @@ func (t *Tracker) snapshot(track bool) (*NodeState, Changes) {
 				if track {
 					ch.Ports[np.Key] = struct{}{}
 					ch.StaleUDP = append(ch.StaleUDP, staleUDP(op, np)...)
+					if a := activatedUDP(op, np); a != nil {
+						ch.ActivatedUDP = append(ch.ActivatedUDP, *a)
+					}
 				}
 			}
 		}
@@ -418,6 +421,7 @@ func (t *Tracker) snapshot(track bool) (*NodeState, Changes) {
 	slices.SortFunc(ch.StaleUDP, func(a, b StaleEndpoint) int {
 		return cmp.Or(comparePortKey(a.Key, b.Key), a.Endpoint.Compare(b.Endpoint))
 	})
+	slices.SortFunc(ch.ActivatedUDP, func(a, b ActivatedPort) int { return comparePortKey(a.Key, b.Key) })
 	t.state = st
 	t.full, t.svcChanges, t.epChanges, t.triggers = false, 0, 0, nil
 	return st, ch
@@ -466,6 +470,26 @@ func (t *Tracker) buildLists() ([]HealthCheck, []Problem, []IgnoredObject) {
 		probs = nil
 	}
 	return hcs, probs, ign
+}
+
+// activatedUDP reports a UDP port that uses endpoints now (np) and used none
+// before (op, nil when the port is new), with the addresses of its endpoints.
+func activatedUDP(op, np *ServicePort) *ActivatedPort {
+	if np.Protocol != v1.ProtocolUDP || (op != nil && len(op.ClusterEndpoints)+len(op.LocalEndpoints) > 0) {
+		return nil
+	}
+	var addrs []netip.Addr
+	for _, set := range [][]Endpoint{np.ClusterEndpoints, np.LocalEndpoints} {
+		for _, ep := range set {
+			addrs = append(addrs, ep.Addr)
+		}
+	}
+	if len(addrs) == 0 {
+		return nil
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	addrs = slices.Compact(addrs)
+	return &ActivatedPort{Key: np.Key, Frontends: np.Frontends, Endpoints: addrs}
 }
 
 // staleUDP lists the endpoints a UDP port used before (op) and no longer uses

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -162,6 +163,55 @@ func TestTrackerStaleUDP(t *testing.T) {
 	if len(ch.StaleUDP) != 1 || ch.StaleUDP[0].Endpoint.String() != "10.0.0.1:5353" {
 		t.Fatalf("stale after delete %+v", ch.StaleUDP)
 	}
+}
+
+// TestTrackerActivatedUDP: a UDP port is reported when it gets its first
+// endpoints, also when it appears with them; not when it only changes
+// endpoints, loses them, or is TCP.
+func TestTrackerActivatedUDP(t *testing.T) {
+	tr := newTestTracker(t)
+	dns := testService("dns", clusterIPs("10.96.0.1"), svcPorts(sport("dns", v1.ProtocolUDP, 53), sport("tcp", v1.ProtocolTCP, 53)), nodePort(30053))
+	tr.UpsertService(dns)
+	slice := func(eps ...discovery.Endpoint) *discovery.EndpointSlice {
+		return withSlicePorts(testSlice("dns-1", "dns", eps...), eport("dns", v1.ProtocolUDP, 5353), eport("tcp", v1.ProtocolTCP, 5353))
+	}
+	udp := key("dns", "dns", v1.ProtocolUDP, v1.IPv4Protocol)
+	activated := func(ch Changes) string {
+		var out []string
+		for _, a := range ch.ActivatedUDP {
+			var eps []string
+			for _, e := range a.Endpoints {
+				eps = append(eps, e.String())
+			}
+			out = append(out, fmt.Sprintf("%s [%s] -> %s", a.Key, frontends(a.Frontends), strings.Join(eps, " ")))
+		}
+		return strings.Join(out, "; ")
+	}
+	_, ch := tr.Snapshot()
+	expectEq(t, "no endpoints yet", activated(ch), "")
+
+	tr.UpsertSlice(slice(ep("10.0.0.2", "n2"), ep("10.0.0.1", "n1"), ep("10.0.0.3", "n2", notReady)))
+	_, ch = tr.Snapshot()
+	expectEq(t, "first endpoints", activated(ch), udp.String()+" [ClusterIP 10.96.0.1:53, NodePort 192.168.0.1:30053] -> 10.0.0.1 10.0.0.2")
+
+	tr.UpsertSlice(slice(ep("10.0.0.1", "n1")))
+	_, ch = tr.Snapshot()
+	expectEq(t, "fewer endpoints", activated(ch), "")
+
+	tr.UpsertSlice(slice())
+	_, ch = tr.Snapshot()
+	expectEq(t, "no endpoints left", activated(ch), "")
+
+	tr.UpsertSlice(slice(ep("10.0.0.4", "n2")))
+	_, ch = tr.Snapshot()
+	expectEq(t, "endpoints again", activated(ch), udp.String()+" [ClusterIP 10.96.0.1:53, NodePort 192.168.0.1:30053] -> 10.0.0.4")
+
+	// A new Service that comes with endpoints: clients may have sent to its
+	// ClusterIP before any rule took it.
+	tr.UpsertService(testService("new", clusterIPs("10.96.0.2"), svcPorts(sport("dns", v1.ProtocolUDP, 53))))
+	tr.UpsertSlice(withSlicePorts(testSlice("new-1", "new", ep("10.0.1.1", "n1")), eport("dns", v1.ProtocolUDP, 5353)))
+	_, ch = tr.Snapshot()
+	expectEq(t, "new Service", activated(ch), key("new", "dns", v1.ProtocolUDP, v1.IPv4Protocol).String()+" [ClusterIP 10.96.0.2:53] -> 10.0.1.1")
 }
 
 func TestTrackerForceFullAndNode(t *testing.T) {

@@ -406,6 +406,9 @@ type Changes struct {
 	Ports map[PortKey]struct{}
 	// StaleUDP lists, per UDP port, endpoints that went away (conntrack cleanup).
 	StaleUDP []StaleEndpoint
+	// ActivatedUDP lists the UDP ports that have endpoints now and had none
+	// (or did not exist) before, sorted by key (conntrack cleanup).
+	ActivatedUDP []ActivatedPort
 	// ServiceChanges and EndpointChanges count object updates folded into this
 	// change, for metrics.
 	ServiceChanges  int
@@ -414,6 +417,19 @@ type Changes struct {
 	// values of the EndpointSlice updates folded in, for the
 	// network_programming_duration_seconds metric.
 	TriggerTimes []time.Time
+}
+
+// ActivatedPort is a UDP Service port that got its first endpoints. A client
+// that sent to one of its frontends while nothing translated them (no rule
+// yet, so the packets were routed as they were) has a conntrack entry that
+// never goes through DNAT, and keeps it as long as it keeps sending; such
+// entries reply from none of Endpoints and should be deleted once the rules
+// are in force, as kube-proxy does.
+type ActivatedPort struct {
+	Key       PortKey
+	Frontends []Frontend
+	// Endpoints are the addresses of every endpoint the port now uses.
+	Endpoints []netip.Addr
 }
 
 // StaleEndpoint is a UDP endpoint that was removed from a Service port, whose

@@ -139,7 +139,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		lastFull time.Time // start of the last successful full sync
 		retryAt  time.Time // when failing: not before this
 		failures int
-		carry    []core.StaleEndpoint // stale UDP endpoints of a failed sync
+		carry    core.Changes // conntrack cleanup a failed sync still owes
 	)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -209,23 +209,29 @@ func (r *Runner) Run(ctx context.Context) error {
 				backoff = r.cfg.MaxBackoff
 			}
 			retryAt = now.Add(backoff)
-			carry = res.Changes.StaleUDP
+			carry = core.Changes{StaleUDP: res.Changes.StaleUDP, ActivatedUDP: res.Changes.ActivatedUDP}
 			r.source.ForceFull()
 			r.log.WithError(res.Err).WithFields(logrus.Fields{"sync": res.ID, "retryIn": backoff.String()}).Warn("sync failed; previous rules stay in force, next attempt is a full sync")
 			continue
 		}
-		failures, retryAt, carry, pending = 0, time.Time{}, nil, false
+		failures, retryAt, carry, pending = 0, time.Time{}, core.Changes{}, false
 		if res.Full {
 			lastFull = now
 		}
 	}
 }
 
-// syncOnce takes a snapshot and applies it, reporting to observers.
-func (r *Runner) syncOnce(ctx context.Context, carry []core.StaleEndpoint) SyncResult {
+// syncOnce takes a snapshot and applies it, reporting to observers. carry
+// holds the conntrack cleanup of failed syncs: the UDP endpoints that went
+// away and the UDP ports that got their first endpoints, which no later
+// Snapshot reports again.
+func (r *Runner) syncOnce(ctx context.Context, carry core.Changes) SyncResult {
 	state, changes := r.source.Snapshot()
-	if len(carry) > 0 {
-		changes.StaleUDP = append(append([]core.StaleEndpoint(nil), carry...), changes.StaleUDP...)
+	if len(carry.StaleUDP) > 0 {
+		changes.StaleUDP = append(slices.Clone(carry.StaleUDP), changes.StaleUDP...)
+	}
+	if len(carry.ActivatedUDP) > 0 {
+		changes.ActivatedUDP = append(slices.Clone(carry.ActivatedUDP), changes.ActivatedUDP...)
 	}
 	res := SyncResult{ID: r.syncID.Add(1), Full: changes.Full, Start: r.now(), State: state, Changes: changes}
 	log := r.log.WithFields(logrus.Fields{"sync": res.ID, "full": res.Full, "ports": len(changes.Ports)})

@@ -39,7 +39,7 @@ func benchRunnerSliceUpdate(b *testing.B, n int) {
 	var kept *core.NodeState
 	r.OnSync(func(res SyncResult) { kept = res.State }) // as the debug endpoint does
 	ctx := context.Background()
-	r.syncOnce(ctx, nil)
+	r.syncOnce(ctx, core.Changes{})
 	a := slices[n/2]
 	shorter := a.DeepCopy()
 	shorter.Endpoints = shorter.Endpoints[:9]
@@ -49,7 +49,7 @@ func benchRunnerSliceUpdate(b *testing.B, n int) {
 	for b.Loop() {
 		tr.UpsertSlice(versions[i%2])
 		i++
-		res := r.syncOnce(ctx, nil)
+		res := r.syncOnce(ctx, core.Changes{})
 		if len(res.Changes.Ports) != 1 || len(kept.Ports) != n {
 			b.Fatalf("changed %d of %d ports", len(res.Changes.Ports), len(res.State.Ports))
 		}

@@ -25,14 +25,15 @@ type fakeSource struct {
 	full  bool
 	snaps int
 	stale []core.StaleEndpoint
+	act   []core.ActivatedPort
 }
 
 func (s *fakeSource) Snapshot() (*core.NodeState, core.Changes) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.snaps++
-	ch := core.Changes{Full: s.full || s.snaps == 1, StaleUDP: s.stale}
-	s.full, s.stale = false, nil
+	ch := core.Changes{Full: s.full || s.snaps == 1, StaleUDP: s.stale, ActivatedUDP: s.act}
+	s.full, s.stale, s.act = false, nil, nil
 	return &core.NodeState{}, ch
 }
 
@@ -156,7 +157,8 @@ func TestRunnerCoalescesTriggers(t *testing.T) {
 func TestRunnerRetriesFailureWithFullSync(t *testing.T) {
 	b := &fakeBackend{failN: 2}
 	stale := []core.StaleEndpoint{{Endpoint: netip.MustParseAddrPort("10.0.0.1:53")}}
-	src := &fakeSource{stale: stale}
+	act := []core.ActivatedPort{{Endpoints: []netip.Addr{netip.MustParseAddr("10.0.0.2")}}}
+	src := &fakeSource{stale: stale, act: act}
 	b.synced = make(chan struct{}, 100)
 	r := NewRunner(RunnerConfig{MinSyncPeriod: 20 * time.Millisecond, SyncPeriod: time.Hour}, src, b, quietLog())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -174,6 +176,9 @@ func TestRunnerRetriesFailureWithFullSync(t *testing.T) {
 		}
 		if len(ch.StaleUDP) != 1 {
 			t.Errorf("sync %d: stale UDP endpoints of the failed sync must be carried over, got %v", i+1, ch.StaleUDP)
+		}
+		if len(ch.ActivatedUDP) != 1 {
+			t.Errorf("sync %d: UDP ports activated in the failed sync must be carried over, got %v", i+1, ch.ActivatedUDP)
 		}
 	}
 	_, times := b.snapshot()
@@ -284,11 +289,11 @@ func TestRunnerKeptStatesStayIntact(t *testing.T) {
 	})
 	for _, addr := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"} {
 		tr.UpsertSlice(testSlice("a", addr))
-		r.syncOnce(context.Background(), nil)
-		r.syncOnce(context.Background(), nil) // nothing changed: the same map, shared
+		r.syncOnce(context.Background(), core.Changes{})
+		r.syncOnce(context.Background(), core.Changes{}) // nothing changed: the same map, shared
 	}
 	tr.DeleteService(testService("a", ""))
-	r.syncOnce(context.Background(), nil)
+	r.syncOnce(context.Background(), core.Changes{})
 	for i, st := range kept {
 		if got := endpointsOf(st); !slices.Equal(got, seen[i]) {
 			t.Errorf("state of sync %d changed after later syncs: %v, want %v", i+1, got, seen[i])

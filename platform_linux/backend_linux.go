@@ -161,6 +161,14 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 			b.log.WithField("entries", n).Debug("cleared conntrack entries of removed UDP endpoints")
 		}
 	}
+	if act := changes.ActivatedUDP; len(act) > 0 {
+		n, cerr := b.conntrack.ClearActivated(act)
+		if cerr != nil {
+			b.log.WithError(cerr).Warn("clear conntrack entries made before UDP Services had endpoints")
+		} else if n > 0 {
+			b.log.WithField("entries", n).Debug("cleared conntrack entries made before UDP Services had endpoints")
+		}
+	}
 	return nil
 }
 

@@ -186,11 +186,19 @@ func TestFailedBatchChangesNothing(t *testing.T) {
 	}
 }
 
-type fakeConntrack struct{ cleared []core.StaleEndpoint }
+type fakeConntrack struct {
+	cleared   []core.StaleEndpoint
+	activated []core.ActivatedPort
+}
 
 func (f *fakeConntrack) ClearStale(s []core.StaleEndpoint) (int, error) {
 	f.cleared = append(f.cleared, s...)
 	return len(s), nil
+}
+
+func (f *fakeConntrack) ClearActivated(p []core.ActivatedPort) (int, error) {
+	f.activated = append(f.activated, p...)
+	return len(p), nil
 }
 func (f *fakeConntrack) List(map[frontendKey]bool) ([]platform.Connection, error) { return nil, nil }
 

@@ -18,6 +18,10 @@ type conntracker interface {
 	// ClearStale deletes UDP entries whose frontend is one of a stale
 	// endpoint's frontends and whose reply comes from that endpoint.
 	ClearStale(stale []core.StaleEndpoint) (int, error)
+	// ClearActivated deletes UDP entries whose frontend is one of an
+	// activated port's frontends and whose reply comes from none of its
+	// endpoints: they were made while nothing translated the frontend.
+	ClearActivated(ports []core.ActivatedPort) (int, error)
 	// List returns the tracked connections to the given frontends.
 	List(frontends map[frontendKey]bool) ([]platform.Connection, error)
 }
@@ -63,12 +67,49 @@ func (c *netlinkConntrack) ClearStale(stale []core.StaleEndpoint) (int, error) {
 	want := map[match]bool{}
 	for _, s := range stale {
 		for _, f := range s.Frontends {
-			want[match{frontendKey{unix.IPPROTO_UDP, netip.AddrPortFrom(f.Addr, f.Port)}, s.Endpoint}] = true
+			want[match{udpFrontend(f), s.Endpoint}] = true
 		}
 	}
 	if len(want) == 0 {
 		return 0, nil
 	}
+	return c.deleteUDP(func(front frontendKey, reply netip.AddrPort) bool {
+		return want[match{front, reply}]
+	})
+}
+
+func (c *netlinkConntrack) ClearActivated(ports []core.ActivatedPort) (int, error) {
+	// The endpoints each frontend now translates to; an entry that replies
+	// from anything else (the frontend itself, for an untranslated one) goes.
+	live := map[frontendKey]map[netip.Addr]bool{}
+	for _, p := range ports {
+		for _, f := range p.Frontends {
+			k := udpFrontend(f)
+			if live[k] == nil {
+				live[k] = map[netip.Addr]bool{}
+			}
+			for _, ep := range p.Endpoints {
+				live[k][ep] = true
+			}
+		}
+	}
+	if len(live) == 0 {
+		return 0, nil
+	}
+	return c.deleteUDP(func(front frontendKey, reply netip.AddrPort) bool {
+		eps, ok := live[front]
+		return ok && !eps[reply.Addr()]
+	})
+}
+
+func udpFrontend(f core.Frontend) frontendKey {
+	return frontendKey{unix.IPPROTO_UDP, netip.AddrPortFrom(f.Addr, f.Port)}
+}
+
+// deleteUDP deletes the UDP entries for which drop(original destination,
+// reply source) is true and counts them; it goes on past a failed delete
+// and returns the first error.
+func (c *netlinkConntrack) deleteUDP(drop func(front frontendKey, reply netip.AddrPort) bool) (int, error) {
 	conn, flows, err := c.dump()
 	if err != nil {
 		return 0, err
@@ -80,16 +121,14 @@ func (c *netlinkConntrack) ClearStale(stale []core.StaleEndpoint) (int, error) {
 		if f.TupleOrig.Proto.Protocol != unix.IPPROTO_UDP {
 			continue
 		}
-		m := match{
-			front: frontendKey{unix.IPPROTO_UDP, netip.AddrPortFrom(f.TupleOrig.IP.DestinationAddress.Unmap(), f.TupleOrig.Proto.DestinationPort)},
-			ep:    netip.AddrPortFrom(f.TupleReply.IP.SourceAddress.Unmap(), f.TupleReply.Proto.SourcePort),
-		}
-		if !want[m] {
+		front := frontendKey{unix.IPPROTO_UDP, netip.AddrPortFrom(f.TupleOrig.IP.DestinationAddress.Unmap(), f.TupleOrig.Proto.DestinationPort)}
+		reply := netip.AddrPortFrom(f.TupleReply.IP.SourceAddress.Unmap(), f.TupleReply.Proto.SourcePort)
+		if !drop(front, reply) {
 			continue
 		}
 		if err := conn.Delete(f); err != nil {
 			if firstErr == nil {
-				firstErr = fmt.Errorf("delete conntrack entry %s -> %s: %w", m.front.Dst, m.ep, err)
+				firstErr = fmt.Errorf("delete conntrack entry %s -> %s: %w", front.Dst, reply, err)
 			}
 			continue
 		}

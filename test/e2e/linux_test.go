@@ -294,6 +294,8 @@ func TestLinuxDataPlane(t *testing.T) {
 		t.Errorf("affinity never expired: every connection after the timeout went to %s", prev)
 	})
 
+	t.Run("UDPFirstEndpoint", func(t *testing.T) { testUDPFirstEndpoint(t, l) })
+
 	t.Run("EndpointRemovedDuringTraffic", func(t *testing.T) {
 		l.setService(svc{name: "move", clusterIPs: []string{"10.96.1.10"},
 			ports: []svcPort{{name: "dns", port: 53, proto: v1.ProtocolUDP}, {name: "http", port: 80}}}, []ep{{pod: "b1"}, {pod: "b2"}})
