@@ -136,15 +136,20 @@ func TestRunnerCoalescesTriggers(t *testing.T) {
 	r, _ := startRunner(t, RunnerConfig{MinSyncPeriod: 300 * time.Millisecond, SyncPeriod: time.Hour}, b)
 	r.Trigger()
 	waitSyncs(t, b, 1, 2*time.Second)
+	start := time.Now()
 	for i := 0; i < 50; i++ {
 		r.Trigger()
 		time.Sleep(2 * time.Millisecond)
 	}
+	// The burst takes about 100 ms; on a loaded machine (or under -race) the
+	// sleeps can stretch it past the min sync period, which then rightly
+	// allows one more sync per period it spans.
+	allowed := 1 + int(time.Since(start)/(300*time.Millisecond))
 	waitSyncs(t, b, 2, 2*time.Second)
 	time.Sleep(400 * time.Millisecond)
 	s, times := b.snapshot()
-	if len(s) != 2 {
-		t.Fatalf("50 triggers inside one min-sync-period gave %d syncs after the first, want 1", len(s)-1)
+	if got := len(s) - 1; got > allowed {
+		t.Fatalf("50 triggers over %d min-sync-period(s) gave %d syncs after the first, want at most %d", allowed, got, allowed)
 	}
 	if gap := times[1].Sub(times[0]); gap < 290*time.Millisecond {
 		t.Fatalf("second sync %v after the first, want at least the min sync period", gap)
