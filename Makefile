@@ -28,15 +28,16 @@ cross:
 	  GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $$out ./cmd/crossproxy; \
 	done
 
-# Build tags of the suites under test/ (//go:build lines): vet compiles those
-# files too, so the e2e, integration and installer code is vetted.
+# The build tags of the root module's suites under test/ (its //go:build
+# lines; test/cluster, test/images and test/winoracle are modules of their
+# own): vet compiles those files too, so the e2e, integration and installer
+# code is vetted. Those suites run on Linux only.
 VET_TAGS := e2e,integration,installer
 
 vet:
 	$(GO) vet ./...
 	$(GO) vet -tags $(VET_TAGS) ./...
 	GOOS=windows GOARCH=amd64 $(GO) vet ./...
-	GOOS=windows GOARCH=amd64 $(GO) vet -tags $(VET_TAGS) ./...
 	GOOS=windows GOARCH=arm64 $(GO) vet ./...
 
 # Unit tests of every package under the race detector (it needs cgo and gcc,
