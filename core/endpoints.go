@@ -199,12 +199,42 @@ type pick struct {
 
 // chooseEndpoints fills the endpoint sets, verdicts, topology and exclusions of sp.
 func chooseEndpoints(e *env, info *svcInfo, sp *ServicePort, p svcPort, parsed []*parsedSlice) {
+	picks, excl := offer(p, parsed)
+	anyReady, hasAny := false, false
+	for _, k := range picks {
+		anyReady = anyReady || k.c.ready
+		hasAny = hasAny || k.c.ready || k.c.servingTerminating()
+	}
+	// Per pick, why it is outside the cluster and the local set (nil: used
+	// or set not built); nil slices while no pick is left out.
+	var clusterWhy, localWhy []*Exclusion
+	if !info.itpLocal || info.external {
+		clusterWhy = clusterSet(e, sp, picks, anyReady)
+	}
+	if info.itpLocal || info.etpLocal {
+		localWhy = localSet(e, sp, picks)
+	}
+	excl = appendSetExclusions(excl, picks, clusterWhy, localWhy)
+
+	sp.InternalEmpty = emptyVerdict(len(sp.InternalEndpoints()), hasAny)
+	if info.external {
+		sp.ExternalEmpty = emptyVerdict(len(sp.ExternalEndpoints()), hasAny)
+	}
+	if len(excl) > 0 {
+		sortExclusions(excl)
+		sp.Excluded = excl
+	}
+}
+
+// offer lists the candidates of every slice that can serve port p, one per
+// destination, sorted by address and port; excl says why the others cannot
+// (invalid, no matching slice port, a duplicate of a better copy).
+func offer(p svcPort, parsed []*parsedSlice) (picks []pick, excl []Exclusion) {
 	n := 0
 	for _, ps := range parsed {
 		n += len(ps.eps)
 	}
-	picks := make([]pick, 0, n)
-	var excl []Exclusion
+	picks = make([]pick, 0, n)
 	for _, ps := range parsed {
 		port := uint16(0)
 		for _, q := range ps.ports {
@@ -249,74 +279,92 @@ func chooseEndpoints(e *env, info *svcInfo, sp *ServicePort, p svcPort, parsed [
 		}
 		kept = append(kept, k)
 	}
-	picks = kept
+	return kept, excl
+}
 
-	anyReady, hasAny := false, false
+// clusterSet fills sp.ClusterEndpoints (and the topology fields): ready
+// endpoints narrowed by hints, or serving-terminating ones when none is
+// ready. It returns, per pick, why the pick is not in the set.
+func clusterSet(e *env, sp *ServicePort, picks []pick, anyReady bool) (why []*Exclusion) {
+	mode, unused := topologyMode(picks, e.node.Name, e.node.Zone)
+	sp.TopologyMode, sp.HintsUnused, sp.TopologyNote = mode, unused, hintsNote(unused, e.node.Name, e.node.Zone)
+	sp.ClusterEndpoints = make([]Endpoint, 0, len(picks))
+	for i, k := range picks {
+		var x *Exclusion
+		switch {
+		case anyReady && !k.c.ready:
+			x = unusedReason(k.c, true, "ready endpoints exist")
+		case anyReady:
+			x = topologyReason(k.c, mode, e.node)
+		case !k.c.servingTerminating():
+			x = unusedReason(k.c, false, "")
+		}
+		if x == nil {
+			sp.ClusterEndpoints = append(sp.ClusterEndpoints, k.c.endpoint(k.port))
+			continue
+		}
+		x.Set = SetCluster
+		why = noteAt(why, len(picks), i, x)
+	}
+	if len(sp.ClusterEndpoints) == 0 {
+		sp.ClusterEndpoints = nil
+	}
+	return why
+}
+
+// localSet fills sp.LocalEndpoints: this node's ready endpoints, or its
+// serving-terminating ones when none of them is ready. It returns, per pick,
+// why the pick is not in the set.
+func localSet(e *env, sp *ServicePort, picks []pick) (why []*Exclusion) {
+	localReady := false
 	for _, k := range picks {
-		anyReady = anyReady || k.c.ready
-		hasAny = hasAny || k.c.ready || k.c.servingTerminating()
+		localReady = localReady || (k.c.local && k.c.ready)
 	}
-	clusterUsed := !info.itpLocal || info.external
-	localUsed := info.itpLocal || info.etpLocal
+	for i, k := range picks {
+		var x *Exclusion
+		switch {
+		case !k.c.local:
+			x = &Exclusion{Reason: ExcludedOtherNode, Detail: otherNodeDetail(k.c.nodeName(), e.node.Name)}
+		case localReady && !k.c.ready:
+			x = unusedReason(k.c, true, "ready local endpoints exist")
+		case !localReady && !k.c.servingTerminating():
+			x = unusedReason(k.c, false, "")
+		}
+		if x == nil {
+			sp.LocalEndpoints = append(sp.LocalEndpoints, k.c.endpoint(k.port))
+			continue
+		}
+		x.Set = SetLocal
+		why = noteAt(why, len(picks), i, x)
+	}
+	return why
+}
 
-	// why holds, per pick, the cluster and the local exclusion (nil: used).
-	var why [][2]*Exclusion
-	note := func(i, set int, x *Exclusion) {
-		if why == nil {
-			why = make([][2]*Exclusion, len(picks))
-		}
-		why[i][set] = x
+// noteAt sets why[i] = x, making why (of length n) on first use, so a port
+// whose every pick is used allocates nothing.
+func noteAt(why []*Exclusion, n, i int, x *Exclusion) []*Exclusion {
+	if why == nil {
+		why = make([]*Exclusion, n)
 	}
-	if clusterUsed {
-		mode, unused := topologyMode(picks, e.node.Name, e.node.Zone)
-		sp.TopologyMode, sp.HintsUnused, sp.TopologyNote = mode, unused, hintsNote(unused, e.node.Name, e.node.Zone)
-		sp.ClusterEndpoints = make([]Endpoint, 0, len(picks))
-		for i, k := range picks {
-			var x *Exclusion
-			switch {
-			case anyReady && !k.c.ready:
-				x = unusedReason(k.c, true, "ready endpoints exist")
-			case anyReady:
-				x = topologyReason(k.c, mode, e.node)
-			case !k.c.servingTerminating():
-				x = unusedReason(k.c, false, "")
-			}
-			if x == nil {
-				sp.ClusterEndpoints = append(sp.ClusterEndpoints, k.c.endpoint(k.port))
-			} else {
-				x.Set = SetCluster
-				note(i, 0, x)
-			}
-		}
-		if len(sp.ClusterEndpoints) == 0 {
-			sp.ClusterEndpoints = nil
-		}
+	why[i] = x
+	return why
+}
+
+// appendSetExclusions adds the per-set exclusions to excl, with the pick's
+// address, port and slice; a pick left out of both sets for the same reason
+// is listed once, for all sets.
+func appendSetExclusions(excl []Exclusion, picks []pick, clusterWhy, localWhy []*Exclusion) []Exclusion {
+	if clusterWhy == nil && localWhy == nil {
+		return excl
 	}
-	if localUsed {
-		localReady := false
-		for _, k := range picks {
-			localReady = localReady || (k.c.local && k.c.ready)
+	for i := range picks {
+		var cw, lw *Exclusion
+		if clusterWhy != nil {
+			cw = clusterWhy[i]
 		}
-		for i, k := range picks {
-			var x *Exclusion
-			switch {
-			case !k.c.local:
-				x = &Exclusion{Reason: ExcludedOtherNode, Detail: otherNodeDetail(k.c.nodeName(), e.node.Name)}
-			case localReady && !k.c.ready:
-				x = unusedReason(k.c, true, "ready local endpoints exist")
-			case !localReady && !k.c.servingTerminating():
-				x = unusedReason(k.c, false, "")
-			}
-			if x == nil {
-				sp.LocalEndpoints = append(sp.LocalEndpoints, k.c.endpoint(k.port))
-			} else {
-				x.Set = SetLocal
-				note(i, 1, x)
-			}
+		if localWhy != nil {
+			lw = localWhy[i]
 		}
-	}
-	for i := range why {
-		cw, lw := why[i][0], why[i][1]
 		if cw != nil && lw != nil && cw.Reason == lw.Reason && cw.Detail == lw.Detail {
 			cw.Set, lw = SetAll, nil
 		}
@@ -327,15 +375,7 @@ func chooseEndpoints(e *env, info *svcInfo, sp *ServicePort, p svcPort, parsed [
 			}
 		}
 	}
-
-	sp.InternalEmpty = emptyVerdict(len(sp.InternalEndpoints()), hasAny)
-	if info.external {
-		sp.ExternalEmpty = emptyVerdict(len(sp.ExternalEndpoints()), hasAny)
-	}
-	if len(excl) > 0 {
-		sortExclusions(excl)
-		sp.Excluded = excl
-	}
+	return excl
 }
 
 // emptyVerdict: no usable endpoint anywhere rejects; usable endpoints that a

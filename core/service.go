@@ -146,8 +146,30 @@ func parseService(svc *v1.Service, nsn types.NamespacedName, sink problemSink) *
 	}
 	info.nodePorts = spec.Type == v1.ServiceTypeNodePort || spec.Type == v1.ServiceTypeLoadBalancer
 	info.itpLocal = spec.InternalTrafficPolicy != nil && *spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal
+	info.ports = parsePorts(spec.Ports, info.nodePorts, sink)
+	for i, s := range spec.ExternalIPs {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil || a.Zone() != "" {
+			sink.add(fmt.Sprintf("spec.externalIPs[%d]", i), "%q is not an IP address", s)
+			continue
+		}
+		info.externalIPs = append(info.externalIPs, a.Unmap())
+	}
+	// External frontends (NodePort, LoadBalancer type or a usable external
+	// IP) are what externalTrafficPolicy applies to.
+	info.external = info.nodePorts || len(info.externalIPs) > 0
+	info.etpLocal = info.external && spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
+	if spec.Type == v1.ServiceTypeLoadBalancer {
+		parseLoadBalancer(svc, info, sink)
+	}
+	info.affinity = parseAffinity(spec, sink)
+	return info
+}
 
-	for i, p := range spec.Ports {
+// parsePorts validates spec.ports; nodePorts says whether the type has node ports.
+func parsePorts(ports []v1.ServicePort, nodePorts bool, sink problemSink) []svcPort {
+	var out []svcPort
+	for i, p := range ports {
 		proto := p.Protocol
 		if proto == "" {
 			proto = v1.ProtocolTCP
@@ -162,7 +184,7 @@ func parseService(svc *v1.Service, nsn types.NamespacedName, sink problemSink) *
 			sink.add(fmt.Sprintf("spec.ports[%d].port", i), "%d is out of range 1-65535", p.Port)
 			continue
 		}
-		if slices.ContainsFunc(info.ports, func(o svcPort) bool { return o.name == p.Name && o.protocol == proto }) {
+		if slices.ContainsFunc(out, func(o svcPort) bool { return o.name == p.Name && o.protocol == proto }) {
 			sink.add(fmt.Sprintf("spec.ports[%d].name", i), "port name %q with protocol %s is used twice; only the first is proxied", p.Name, proto)
 			continue
 		}
@@ -170,77 +192,73 @@ func parseService(svc *v1.Service, nsn types.NamespacedName, sink problemSink) *
 		switch {
 		case p.NodePort < 0 || p.NodePort > 65535:
 			sink.add(fmt.Sprintf("spec.ports[%d].nodePort", i), "%d is out of range 1-65535; no NodePort frontend", p.NodePort)
-		case info.nodePorts:
+		case nodePorts:
 			sp.nodePort = uint16(p.NodePort)
 		}
-		info.ports = append(info.ports, sp)
+		out = append(out, sp)
 	}
+	return out
+}
 
-	for i, s := range spec.ExternalIPs {
-		a, err := netip.ParseAddr(strings.TrimSpace(s))
+// parseLoadBalancer reads what only a LoadBalancer Service has: its ingress
+// IPs, source ranges and, with externalTrafficPolicy Local, the health-check
+// node port.
+func parseLoadBalancer(svc *v1.Service, info *svcInfo, sink problemSink) {
+	spec := &svc.Spec
+	for i, ing := range svc.Status.LoadBalancer.Ingress {
+		if ing.IP == "" {
+			continue // hostname only: the load balancer proxies itself
+		}
+		if ing.IPMode != nil && *ing.IPMode == v1.LoadBalancerIPModeProxy {
+			continue // the load balancer rewrites the destination; nothing to capture here
+		}
+		a, err := netip.ParseAddr(strings.TrimSpace(ing.IP))
 		if err != nil || a.Zone() != "" {
-			sink.add(fmt.Sprintf("spec.externalIPs[%d]", i), "%q is not an IP address", s)
+			sink.add(fmt.Sprintf("status.loadBalancer.ingress[%d].ip", i), "%q is not an IP address", ing.IP)
 			continue
 		}
-		info.externalIPs = append(info.externalIPs, a.Unmap())
+		info.lbIPs = append(info.lbIPs, a.Unmap())
 	}
-	// External frontends (NodePort, LoadBalancer type or a usable external
-	// IP) are what externalTrafficPolicy applies to.
-	info.external = info.nodePorts || len(info.externalIPs) > 0
-	info.etpLocal = info.external && spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
-	if spec.Type == v1.ServiceTypeLoadBalancer {
-		for i, ing := range svc.Status.LoadBalancer.Ingress {
-			if ing.IP == "" {
-				continue // hostname only: the load balancer proxies itself
-			}
-			if ing.IPMode != nil && *ing.IPMode == v1.LoadBalancerIPModeProxy {
-				continue // the load balancer rewrites the destination; nothing to capture here
-			}
-			a, err := netip.ParseAddr(strings.TrimSpace(ing.IP))
-			if err != nil || a.Zone() != "" {
-				sink.add(fmt.Sprintf("status.loadBalancer.ingress[%d].ip", i), "%q is not an IP address", ing.IP)
-				continue
-			}
-			info.lbIPs = append(info.lbIPs, a.Unmap())
+	for i, s := range spec.LoadBalancerSourceRanges {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err == nil {
+			// An IPv4-mapped prefix shorter than the mapping (::ffff:0:0/96)
+			// has no IPv4 form: PrefixFrom makes it invalid.
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-unmapBits(p.Addr())).Masked()
 		}
-		for i, s := range spec.LoadBalancerSourceRanges {
-			p, err := netip.ParsePrefix(strings.TrimSpace(s))
-			if err == nil {
-				// An IPv4-mapped prefix shorter than the mapping (::ffff:0:0/96)
-				// has no IPv4 form: PrefixFrom makes it invalid.
-				p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-unmapBits(p.Addr())).Masked()
-			}
-			if err != nil || !p.IsValid() {
-				sink.add(fmt.Sprintf("spec.loadBalancerSourceRanges[%d]", i), "%q is not a CIDR; range ignored", s)
-				continue
-			}
-			if p.Bits() == 0 {
-				info.allOpen[famIndex(familyOf(p.Addr()))] = true
-			}
-			info.sourceRanges = append(info.sourceRanges, p)
+		if err != nil || !p.IsValid() {
+			sink.add(fmt.Sprintf("spec.loadBalancerSourceRanges[%d]", i), "%q is not a CIDR; range ignored", s)
+			continue
 		}
-		if info.etpLocal {
-			info.needsHC = true
-			if spec.HealthCheckNodePort < 1 || spec.HealthCheckNodePort > 65535 {
-				sink.add("spec.healthCheckNodePort", "%d is not a valid port; externalTrafficPolicy Local on a LoadBalancer needs one", spec.HealthCheckNodePort)
-				info.needsHC = false
-			} else {
-				info.hcPort = uint16(spec.HealthCheckNodePort)
-			}
+		if p.Bits() == 0 {
+			info.allOpen[famIndex(familyOf(p.Addr()))] = true
+		}
+		info.sourceRanges = append(info.sourceRanges, p)
+	}
+	if info.etpLocal {
+		if spec.HealthCheckNodePort < 1 || spec.HealthCheckNodePort > 65535 {
+			sink.add("spec.healthCheckNodePort", "%d is not a valid port; externalTrafficPolicy Local on a LoadBalancer needs one", spec.HealthCheckNodePort)
+		} else {
+			info.needsHC, info.hcPort = true, uint16(spec.HealthCheckNodePort)
 		}
 	}
+}
+
+// parseAffinity reads ClientIP session affinity; a bad timeout is a Problem and the default is used.
+func parseAffinity(spec *v1.ServiceSpec, sink problemSink) Affinity {
+	var out Affinity
 	if spec.SessionAffinity == v1.ServiceAffinityClientIP {
-		info.affinity = Affinity{ClientIP: true, TimeoutSeconds: DefaultAffinityTimeoutSeconds}
+		out = Affinity{ClientIP: true, TimeoutSeconds: DefaultAffinityTimeoutSeconds}
 		if c := spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
 			t := *c.ClientIP.TimeoutSeconds
 			if t < 1 || t > 86400 {
 				sink.add("spec.sessionAffinityConfig.clientIP.timeoutSeconds", "%d is out of range 1-86400; using %d", t, DefaultAffinityTimeoutSeconds)
 			} else {
-				info.affinity.TimeoutSeconds = t
+				out.TimeoutSeconds = t
 			}
 		}
 	}
-	return info
+	return out
 }
 
 // parseClusterIPs returns the Service's usable cluster IPs, unmapped, at most

@@ -97,14 +97,36 @@ type kubeProxyConfiguration struct {
 	MasqueradeAll *bool    `json:"masqueradeAll"`
 }
 
-// apply maps the fields that apply onto c and records the ones that do not.
+// apply maps the fields that apply onto c and records the ones that do not
+// (Config.Ignored), section by section in the order of kube-proxy's
+// reference, so errors and notes come in a stable order.
 func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
-	ignore := func(set bool, field, reason string) {
-		if set {
-			c.Ignored = append(c.Ignored, Ignored{Field: field, Reason: reason})
-		}
+	if err := k.applyMode(c); err != nil {
+		return err
 	}
+	k.applyClient(c)
+	if err := k.applyServers(c); err != nil {
+		return err
+	}
+	if err := k.applySync(c, goos); err != nil {
+		return err
+	}
+	k.applyWindows(c, goos)
+	if err := k.applyNetwork(c); err != nil {
+		return err
+	}
+	return k.applyRest(c)
+}
 
+// ignore records a field that is set but does nothing in crossproxy.
+func (c *Config) ignore(set bool, field, reason string) {
+	if set {
+		c.Ignored = append(c.Ignored, Ignored{Field: field, Reason: reason})
+	}
+}
+
+// applyMode takes the data plane; modes crossproxy does not have stop the start.
+func (k *kubeProxyConfiguration) applyMode(c *Config) error {
 	switch k.Mode {
 	case "":
 	case modeNFTables, modeKernelspace:
@@ -114,13 +136,17 @@ func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
 	default:
 		return &fieldError{Field: "mode", Value: k.Mode, Reason: "is not nftables (Linux) or kernelspace (Windows)"}
 	}
+	return nil
+}
 
+// applyClient takes the API client and logging settings.
+func (k *kubeProxyConfiguration) applyClient(c *Config) {
 	cc := k.ClientConnection
 	c.Kubeconfig = cc.Kubeconfig
 	c.QPS = cc.QPS
 	c.Burst = int(cc.Burst)
-	ignore(cc.AcceptContentTypes != "", "clientConnection.acceptContentTypes", "crossproxy always asks for protobuf, then JSON")
-	ignore(cc.ContentType != "", "clientConnection.contentType", "crossproxy always sends protobuf")
+	c.ignore(cc.AcceptContentTypes != "", "clientConnection.acceptContentTypes", "crossproxy always asks for protobuf, then JSON")
+	c.ignore(cc.ContentType != "", "clientConnection.contentType", "crossproxy always sends protobuf")
 
 	if f := k.Logging.Format; f != "" {
 		c.LogFormat = f
@@ -128,10 +154,14 @@ func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
 	if v := k.Logging.Verbosity; v != nil {
 		c.LogLevel = logLevelFromVerbosity(*v)
 	}
-	ignore(!isZero(k.Logging.FlushFrequency), "logging.flushFrequency", "logs are written unbuffered")
-	ignore(!isZero(k.Logging.VModule), "logging.vmodule", "crossproxy has one log level")
-	ignore(!isZero(k.Logging.Options), "logging.options", "no klog options apply")
+	c.ignore(!isZero(k.Logging.FlushFrequency), "logging.flushFrequency", "logs are written unbuffered")
+	c.ignore(!isZero(k.Logging.VModule), "logging.vmodule", "crossproxy has one log level")
+	c.ignore(!isZero(k.Logging.Options), "logging.options", "no klog options apply")
+}
 
+// applyServers takes the node name and the health and metrics addresses, which an IPv6
+// bindAddress moves to IPv6 (and makes IPv6 the primary family), as kube-proxy.
+func (k *kubeProxyConfiguration) applyServers(c *Config) error {
 	c.HostnameOverride = k.HostnameOverride
 	if k.BindAddress != "" {
 		a, err := netip.ParseAddr(k.BindAddress)
@@ -149,18 +179,23 @@ func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
 	if err := setBindAddresses(c, k.HealthzBindAddress, k.MetricsBindAddress); err != nil {
 		return err
 	}
-	ignore(k.BindAddressHardFail, "bindAddressHardFail", "a server that cannot bind always stops the start")
-	ignore(k.EnableProfiling, "enableProfiling", "crossproxy serves no pprof endpoint")
-	ignore(k.ShowHiddenMetricsForVersion != "", "showHiddenMetricsForVersion", "crossproxy has no hidden metrics")
+	c.ignore(k.BindAddressHardFail, "bindAddressHardFail", "a server that cannot bind always stops the start")
+	c.ignore(k.EnableProfiling, "enableProfiling", "crossproxy serves no pprof endpoint")
+	c.ignore(k.ShowHiddenMetricsForVersion != "", "showHiddenMetricsForVersion", "crossproxy has no hidden metrics")
 	if len(k.FeatureGates) > 0 {
 		names := make([]string, 0, len(k.FeatureGates))
 		for n := range k.FeatureGates {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		ignore(true, "featureGates", fmt.Sprintf("kube-proxy feature gates %v do not apply; crossproxy implements the GA behaviour", names))
+		c.ignore(true, "featureGates", fmt.Sprintf("kube-proxy feature gates %v do not apply; crossproxy implements the GA behaviour", names))
 	}
+	return nil
+}
 
+// applySync takes the sync periods, masqueradeAll and localhostNodePorts from the
+// section of the mode as written, and notes the per-mode options that do nothing here.
+func (k *kubeProxyConfiguration) applySync(c *Config, goos string) error {
 	// Sync periods and masqueradeAll live in the section of the mode as
 	// written, as kube-proxy reads them: nftables for mode nftables, iptables
 	// otherwise (also for an empty mode, which kube-proxy runs as iptables).
@@ -200,26 +235,33 @@ func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
 		if k.Mode == "" && goos != "windows" {
 			c.Backend.LocalhostNodePorts = *lnp
 		} else {
-			ignore(*lnp, "iptables.localhostNodePorts", "kube-proxy applies it in iptables mode only; mode "+c.Mode+" never answers NodePorts on 127.0.0.1")
+			c.ignore(*lnp, "iptables.localhostNodePorts", "kube-proxy applies it in iptables mode only; mode "+c.Mode+" never answers NodePorts on 127.0.0.1")
 		}
 	}
-	ignore(k.IPTables.SNATNodeInternalIP != nil && *k.IPTables.SNATNodeInternalIP, "iptables.snatNodeInternalIP",
+	c.ignore(k.IPTables.SNATNodeInternalIP != nil && *k.IPTables.SNATNodeInternalIP, "iptables.snatNodeInternalIP",
 		"crossproxy masquerades to the address of the interface a packet leaves by")
-	ignore(k.IPTables.MasqueradeBit != nil, "iptables.masqueradeBit", "crossproxy marks packets in its own nftables table")
-	ignore(k.NFTables.MasqueradeBit != nil, "nftables.masqueradeBit", "crossproxy marks packets in its own nftables table")
+	c.ignore(k.IPTables.MasqueradeBit != nil, "iptables.masqueradeBit", "crossproxy marks packets in its own nftables table")
+	c.ignore(k.NFTables.MasqueradeBit != nil, "nftables.masqueradeBit", "crossproxy marks packets in its own nftables table")
 	ipvsSet := k.IPVS.SyncPeriod.set() || k.IPVS.MinSyncPeriod.set() || k.IPVS.Scheduler != "" || len(k.IPVS.ExcludeCIDRs) > 0 ||
 		k.IPVS.StrictARP || k.IPVS.TCPTimeout.set() || k.IPVS.TCPFinTimeout.set() || k.IPVS.UDPTimeout.set()
-	ignore(ipvsSet, "ipvs", "crossproxy has no IPVS mode")
+	c.ignore(ipvsSet, "ipvs", "crossproxy has no IPVS mode")
+	return nil
+}
 
+// applyWindows takes the HNS settings (reported ignored on other OSes).
+func (k *kubeProxyConfiguration) applyWindows(c *Config, goos string) {
 	c.Backend.NetworkName = k.Winkernel.NetworkName
 	c.Backend.SourceVIP = k.Winkernel.SourceVip
 	c.Backend.EnableDSR = k.Winkernel.EnableDSR
-	ignore(k.Winkernel.RootHnsEndpointName != "", "winkernel.rootHnsEndpointName", "not used by crossproxy's HNS backend")
-	ignore(k.Winkernel.ForwardHealthCheckVip, "winkernel.forwardHealthCheckVip", "not used by crossproxy's HNS backend")
+	c.ignore(k.Winkernel.RootHnsEndpointName != "", "winkernel.rootHnsEndpointName", "not used by crossproxy's HNS backend")
+	c.ignore(k.Winkernel.ForwardHealthCheckVip, "winkernel.forwardHealthCheckVip", "not used by crossproxy's HNS backend")
 	if goos != "windows" {
-		ignore(k.Winkernel.NetworkName != "" || k.Winkernel.SourceVip != "" || k.Winkernel.EnableDSR, "winkernel", "Windows only; this node runs "+goos)
+		c.ignore(k.Winkernel.NetworkName != "" || k.Winkernel.SourceVip != "" || k.Winkernel.EnableDSR, "winkernel", "Windows only; this node runs "+goos)
 	}
+}
 
+// applyNetwork takes local-traffic detection and the NodePort addresses.
+func (k *kubeProxyConfiguration) applyNetwork(c *Config) error {
 	cidrs, err := parseCIDRs("clusterCIDR", k.ClusterCIDR)
 	if err != nil {
 		return err
@@ -229,9 +271,14 @@ func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
 	}
 	var localhost bool
 	c.Core.NodePortAddresses, localhost = nodePortAddresses(k.NodePortAddresses)
-	ignore(localhost, "nodePortAddresses", `keyword "localhost": crossproxy answers NodePorts on 127.0.0.1 only with iptables.localhostNodePorts (flag --localhost-nodeports)`)
+	c.ignore(localhost, "nodePortAddresses", `keyword "localhost": crossproxy answers NodePorts on 127.0.0.1 only with iptables.localhostNodePorts (flag --localhost-nodeports)`)
+	return nil
+}
 
-	ignore(k.OOMScoreAdj != nil, "oomScoreAdj", "set the OOM score with the service manager (systemd OOMScoreAdjust=, pod spec)")
+// applyRest takes configSyncPeriod and notes the process and conntrack options
+// that crossproxy leaves to the service manager and sysctl.
+func (k *kubeProxyConfiguration) applyRest(c *Config) error {
+	c.ignore(k.OOMScoreAdj != nil, "oomScoreAdj", "set the OOM score with the service manager (systemd OOMScoreAdjust=, pod spec)")
 	ct := k.Conntrack
 	for name, d := range map[string]*duration{"conntrack.tcpEstablishedTimeout": ct.TCPEstablishedTimeout, "conntrack.tcpCloseWaitTimeout": ct.TCPCloseWaitTimeout} {
 		if d == nil {
@@ -240,20 +287,20 @@ func (k *kubeProxyConfiguration) apply(c *Config, goos string) error {
 		if v, _, err := d.parse(name); err != nil {
 			return err
 		} else {
-			ignore(v != 0, name, "crossproxy does not tune conntrack sysctls; set them in /etc/sysctl.d")
+			c.ignore(v != 0, name, "crossproxy does not tune conntrack sysctls; set them in /etc/sysctl.d")
 		}
 	}
-	ignore(ct.MaxPerCore != nil && *ct.MaxPerCore != 0, "conntrack.maxPerCore", "crossproxy does not tune conntrack sysctls; set nf_conntrack_max in /etc/sysctl.d")
-	ignore(ct.Min != nil && *ct.Min != 0, "conntrack.min", "crossproxy does not tune conntrack sysctls; set nf_conntrack_max in /etc/sysctl.d")
-	ignore(ct.TCPBeLiberal, "conntrack.tcpBeLiberal", "crossproxy does not tune conntrack sysctls; set nf_conntrack_tcp_be_liberal in /etc/sysctl.d")
-	ignore(ct.UDPTimeout.set(), "conntrack.udpTimeout", "crossproxy does not tune conntrack sysctls")
-	ignore(ct.UDPStreamTimeout.set(), "conntrack.udpStreamTimeout", "crossproxy does not tune conntrack sysctls")
+	c.ignore(ct.MaxPerCore != nil && *ct.MaxPerCore != 0, "conntrack.maxPerCore", "crossproxy does not tune conntrack sysctls; set nf_conntrack_max in /etc/sysctl.d")
+	c.ignore(ct.Min != nil && *ct.Min != 0, "conntrack.min", "crossproxy does not tune conntrack sysctls; set nf_conntrack_max in /etc/sysctl.d")
+	c.ignore(ct.TCPBeLiberal, "conntrack.tcpBeLiberal", "crossproxy does not tune conntrack sysctls; set nf_conntrack_tcp_be_liberal in /etc/sysctl.d")
+	c.ignore(ct.UDPTimeout.set(), "conntrack.udpTimeout", "crossproxy does not tune conntrack sysctls")
+	c.ignore(ct.UDPStreamTimeout.set(), "conntrack.udpStreamTimeout", "crossproxy does not tune conntrack sysctls")
 
 	if err := k.ConfigSyncPeriod.into("configSyncPeriod", &c.ConfigSyncPeriod); err != nil {
 		return err
 	}
-	ignore(k.PortRange != "", "portRange", "kube-proxy's userspace mode option; no effect")
-	ignore(k.WindowsRunAsService, "windowsRunAsService", "the crossproxy MSI installs the Windows service itself")
+	c.ignore(k.PortRange != "", "portRange", "kube-proxy's userspace mode option; no effect")
+	c.ignore(k.WindowsRunAsService, "windowsRunAsService", "the crossproxy MSI installs the Windows service itself")
 	return nil
 }
 

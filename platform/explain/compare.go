@@ -60,16 +60,7 @@ func (a *analysis) programmedLayer() {
 	for _, n := range ps.Notes {
 		a.add(LayerProgrammed, SeverityNote, "%s", n)
 	}
-	prog := map[frontendKey]*platform.ProgrammedFrontend{}
-	var progOrder []frontendKey
-	for i := range ps.Frontends {
-		f := &ps.Frontends[i]
-		k := keyOf(f.Addr, f.Port, f.Protocol)
-		if _, dup := prog[k]; !dup {
-			progOrder = append(progOrder, k)
-		}
-		prog[k] = f
-	}
+	prog, progOrder := indexProgrammed(ps)
 	if a.in.Object == nil || a.ignored {
 		if len(progOrder) > 0 {
 			a.add(LayerProgrammed, SeverityMismatch, "programmed rules hold %s for a Service that crossproxy does not proxy: %s",
@@ -81,16 +72,55 @@ func (a *analysis) programmedLayer() {
 		a.add(LayerProgrammed, SeverityNote, "layer 4 not compared: there is no computed state to compare it with")
 		return
 	}
-
-	computed := map[frontendKey]bool{}
-	var missing []string
-	type diff struct {
-		what    string
-		missing []string
-		extra   []string
-		verdict string
+	computed, missing, diffs := a.compareFrontends(prog)
+	if len(missing) > 0 {
+		a.add(LayerProgrammed, SeverityMismatch, "programmed rules miss %s that the computed state has: %s",
+			plural(len(missing), "frontend"), strings.Join(missing, ", "))
 	}
-	var diffs []diff
+	for _, d := range diffs {
+		a.reportDiff(d)
+	}
+	var extra []frontendKey
+	for _, k := range progOrder {
+		if !computed[k] {
+			extra = append(extra, k)
+		}
+	}
+	if len(extra) > 0 {
+		a.add(LayerProgrammed, SeverityMismatch, "programmed rules hold %s that the computed state does not have: %s",
+			plural(len(extra), "frontend"), joinKeys(extra))
+	}
+	a.staleConnections(ps, prog)
+}
+
+// indexProgrammed keys the programmed frontends by address, port and
+// protocol; order lists the keys as first found.
+func indexProgrammed(ps *platform.ProgrammedService) (prog map[frontendKey]*platform.ProgrammedFrontend, order []frontendKey) {
+	prog = map[frontendKey]*platform.ProgrammedFrontend{}
+	for i := range ps.Frontends {
+		f := &ps.Frontends[i]
+		k := keyOf(f.Addr, f.Port, f.Protocol)
+		if _, dup := prog[k]; !dup {
+			order = append(order, k)
+		}
+		prog[k] = f
+	}
+	return prog, order
+}
+
+// frontendDiff is how one frontend's programmed endpoints differ from the computed ones.
+type frontendDiff struct {
+	what    string
+	missing []string
+	extra   []string
+	verdict string
+}
+
+// compareFrontends walks the computed frontends: computed holds their keys,
+// missing those the data plane lacks, diffs the endpoint and verdict
+// comparison of the others.
+func (a *analysis) compareFrontends(prog map[frontendKey]*platform.ProgrammedFrontend) (computed map[frontendKey]bool, missing []string, diffs []frontendDiff) {
+	computed = map[frontendKey]bool{}
 	for _, sp := range a.ports {
 		for _, f := range sp.Frontends {
 			k := keyOf(f.Addr, f.Port, sp.Protocol)
@@ -104,57 +134,51 @@ func (a *analysis) programmedLayer() {
 				missing = append(missing, what)
 				continue
 			}
-			_, eps, verdict := frontendSet(sp, f)
-			want := addrPortSet(eps)
-			have := map[netip.AddrPort]bool{}
-			for _, e := range pf.Endpoints {
-				have[unmap(e)] = true
-			}
-			d := diff{what: what}
-			for _, e := range sortedKeys(want) {
-				if !have[e] {
-					d.missing = append(d.missing, e.String())
-				}
-			}
-			for _, e := range sortedKeys(have) {
-				if !want[e] {
-					d.extra = append(d.extra, e.String())
-				}
-			}
-			if len(want) == 0 && len(have) == 0 && pf.Verdict != verdict {
-				d.verdict = fmt.Sprintf("%s: the computed state %s, the programmed rules %s", what, verdictWords(verdict, "s"), verdictWords(pf.Verdict, ""))
-			}
-			diffs = append(diffs, d)
+			diffs = append(diffs, diffFrontend(what, sp, f, pf))
 		}
 	}
-	if len(missing) > 0 {
-		a.add(LayerProgrammed, SeverityMismatch, "programmed rules miss %s that the computed state has: %s",
-			plural(len(missing), "frontend"), strings.Join(missing, ", "))
+	return computed, missing, diffs
+}
+
+// diffFrontend compares one frontend's computed endpoint set (or empty-set
+// verdict) with what the data plane holds for it.
+func diffFrontend(what string, sp *core.ServicePort, f core.Frontend, pf *platform.ProgrammedFrontend) frontendDiff {
+	_, eps, verdict := frontendSet(sp, f)
+	want := addrPortSet(eps)
+	have := map[netip.AddrPort]bool{}
+	for _, e := range pf.Endpoints {
+		have[unmap(e)] = true
 	}
-	for _, d := range diffs {
-		if len(d.missing) > 0 {
-			a.add(LayerProgrammed, SeverityMismatch, "programmed rules miss %s that the computed state has, for %s: %s",
-				plural(len(d.missing), "endpoint"), d.what, strings.Join(d.missing, ", "))
-		}
-		if len(d.extra) > 0 {
-			a.add(LayerProgrammed, SeverityMismatch, "programmed rules hold %s that the computed state does not have, for %s: %s",
-				plural(len(d.extra), "endpoint"), d.what, strings.Join(d.extra, ", "))
-		}
-		if d.verdict != "" {
-			a.add(LayerProgrammed, SeverityMismatch, "%s", d.verdict)
-		}
-	}
-	var extra []frontendKey
-	for _, k := range progOrder {
-		if !computed[k] {
-			extra = append(extra, k)
+	d := frontendDiff{what: what}
+	for _, e := range sortedKeys(want) {
+		if !have[e] {
+			d.missing = append(d.missing, e.String())
 		}
 	}
-	if len(extra) > 0 {
-		a.add(LayerProgrammed, SeverityMismatch, "programmed rules hold %s that the computed state does not have: %s",
-			plural(len(extra), "frontend"), joinKeys(extra))
+	for _, e := range sortedKeys(have) {
+		if !want[e] {
+			d.extra = append(d.extra, e.String())
+		}
 	}
-	a.staleConnections(ps, prog)
+	if len(want) == 0 && len(have) == 0 && pf.Verdict != verdict {
+		d.verdict = fmt.Sprintf("%s: the computed state %s, the programmed rules %s", what, verdictWords(verdict, "s"), verdictWords(pf.Verdict, ""))
+	}
+	return d
+}
+
+// reportDiff adds the mismatches of one frontend, endpoints first.
+func (a *analysis) reportDiff(d frontendDiff) {
+	if len(d.missing) > 0 {
+		a.add(LayerProgrammed, SeverityMismatch, "programmed rules miss %s that the computed state has, for %s: %s",
+			plural(len(d.missing), "endpoint"), d.what, strings.Join(d.missing, ", "))
+	}
+	if len(d.extra) > 0 {
+		a.add(LayerProgrammed, SeverityMismatch, "programmed rules hold %s that the computed state does not have, for %s: %s",
+			plural(len(d.extra), "endpoint"), d.what, strings.Join(d.extra, ", "))
+	}
+	if d.verdict != "" {
+		a.add(LayerProgrammed, SeverityMismatch, "%s", d.verdict)
+	}
 }
 
 // staleConnections notes tracked connections whose endpoint is no longer
