@@ -117,8 +117,11 @@ func waitMetric(b *testing.B, e *env, series string, want float64, timeout time.
 	b.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		if v, ok := metric(b, e.mport, series); ok && v >= want {
-			return v
+		// The metrics server starts with the proxy: until it listens, wait.
+		if _, _, _, err := httpGet("http://" + e.mport + "/metrics"); err == nil {
+			if v, ok := metric(b, e.mport, series); ok && v >= want {
+				return v
+			}
 		}
 		if time.Now().After(deadline) {
 			b.Fatalf("%s did not reach %v within %v\n%s", series, want, timeout, tail(e.proxy.logText(), 3000))
