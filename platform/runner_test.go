@@ -193,6 +193,18 @@ func TestRunnerRetriesFailureWithFullSync(t *testing.T) {
 	if gap1, gap2 := times[1].Sub(times[0]), times[2].Sub(times[1]); gap1 < 18*time.Millisecond || gap2 < 36*time.Millisecond {
 		t.Errorf("retry delays should double from the min sync period: %v then %v", gap1, gap2)
 	}
+	// Observers run after the backend's Sync returns, so the third result may
+	// reach them a moment after the backend recorded the third sync.
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		mu.Lock()
+		n := len(results)
+		mu.Unlock()
+		if n >= 3 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(results) < 3 || results[0].Err == nil || results[2].Err != nil || results[2].ID != 3 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -92,6 +93,26 @@ func (b *Backend) Close() error {
 	}
 	b.batches.close()
 	return b.ns.close()
+}
+
+// Listen opens a listener in the network namespace the backend programs, so
+// that sockets the node answers on (health-check node ports) live where its
+// NodePort addresses and rules are: with --netns that is not the namespace
+// the process runs in.
+func (b *Backend) Listen(network, address string) (net.Listener, error) {
+	if b.closed.Load() {
+		return nil, errClosed
+	}
+	var l net.Listener
+	err := b.ns.do(func() error {
+		var err error
+		l, err = net.Listen(network, address)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s in the backend's network namespace: %w", address, err)
+	}
+	return l, nil
 }
 
 // errClosed is returned by every operation of a closed Backend.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/signal"
 	"sync"
@@ -126,6 +128,10 @@ func (ro *runOptions) run(ctx context.Context) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
+	// The backend is closed last, once every goroutine that may use it
+	// (sync loop, debug reads) has stopped; closing leaves its rules in place.
+	var backend platform.Backend
+	defer func() { closeBackend(backend, ro.logger) }()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel() // runs first: an early return stops what was started
@@ -140,7 +146,7 @@ func (ro *runOptions) run(ctx context.Context) error {
 		}
 		defer ro.kube.events.Shutdown()
 	}
-	backend, err := newBackend(ro.backend, log)
+	backend, err = newBackend(ro.backend, log)
 	if err != nil {
 		return fmt.Errorf("start backend: %w", err)
 	}
@@ -172,6 +178,9 @@ func (ro *runOptions) run(ctx context.Context) error {
 	}
 
 	hc := &health.NodePorts{Log: log}
+	if l, ok := backend.(listener); ok {
+		hc.Listen = l.Listen
+	}
 	defer hc.Close()
 	if err := ro.kube.observe(ctx, &wg, runner, hc, log); err != nil {
 		return err
@@ -210,4 +219,22 @@ func runWith(ctx context.Context, runner *platform.Runner, source func(context.C
 		return err
 	}
 	return runErr
+}
+
+// listener is a backend that opens the node's listening sockets where it
+// programs its rules (the nftables backend, in its network namespace).
+type listener interface {
+	Listen(network, address string) (net.Listener, error)
+}
+
+// closeBackend releases what the backend holds (netlink socket, namespace
+// handle) when it has a Close; the programmed rules stay.
+func closeBackend(b platform.Backend, log logrus.FieldLogger) {
+	c, ok := b.(io.Closer)
+	if !ok {
+		return
+	}
+	if err := c.Close(); err != nil {
+		log.WithError(err).Warn("close backend")
+	}
 }

@@ -33,6 +33,10 @@ type NodePorts struct {
 	// nil counts as healthy.
 	ProxyHealthy func() bool
 	Log          logrus.FieldLogger
+	// Listen opens a port's listener; nil is net.Listen. A backend that
+	// programs another network namespace (crossproxy run --netns) opens them
+	// there, where the NodePort addresses are.
+	Listen func(network, address string) (net.Listener, error)
 
 	mu      sync.Mutex
 	addrs   []netip.Addr // what the open ports listen on
@@ -141,7 +145,11 @@ func (n *NodePorts) open(port uint16, svc types.NamespacedName) (*checkServer, e
 	h := http.HandlerFunc(n.handler(s))
 	for _, a := range n.addrs {
 		addr := netip.AddrPortFrom(a, port).String()
-		l, err := net.Listen("tcp", addr)
+		listen := n.Listen
+		if listen == nil {
+			listen = net.Listen
+		}
+		l, err := listen("tcp", addr)
 		if err != nil {
 			s.close()
 			return nil, fmt.Errorf("open health-check node port %s for service %s: %w", addr, svc, err)

@@ -4,10 +4,12 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/http"
 	"os/exec"
 	"strings"
 	"sync"
@@ -163,6 +165,21 @@ func (l *lab) dial(addr string, timeout time.Duration) (*conn, error) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	return &conn{Conn: c, r: r, Backend: strings.TrimPrefix(strings.TrimSpace(line), "hello ")}, nil
+}
+
+// httpClient is an HTTP client whose connections start in the client
+// namespace, as a cloud load balancer's health probe reaches the node.
+func (l *lab) httpClient() *http.Client {
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := netnsrun.Do(l.Client, func() error {
+			var err error
+			c, err = (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	}
+	return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}}
 }
 
 // ping sends a line and expects it back.

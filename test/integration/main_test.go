@@ -251,7 +251,11 @@ func freeAddr(t testing.TB) string {
 
 // httpGet returns status and body of a GET on loopback.
 func httpGet(url string) (int, string, http.Header, error) {
-	c := &http.Client{Timeout: 2 * time.Second}
+	return httpGetWith(&http.Client{Timeout: 2 * time.Second}, url)
+}
+
+// httpGetWith is httpGet through c (for example a client of another namespace).
+func httpGetWith(c *http.Client, url string) (int, string, http.Header, error) {
 	resp, err := c.Get(url)
 	if err != nil {
 		return 0, "", nil, err
@@ -264,10 +268,16 @@ func httpGet(url string) (int, string, http.Header, error) {
 // waitHTTP polls url until it answers with code.
 func waitHTTP(t testing.TB, url string, code int) string {
 	t.Helper()
+	return waitHTTPWith(t, &http.Client{Timeout: 2 * time.Second}, url, code)
+}
+
+// waitHTTPWith is waitHTTP through c.
+func waitHTTPWith(t testing.TB, c *http.Client, url string, code int) string {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	var last string
 	for time.Now().Before(deadline) {
-		got, body, _, err := httpGet(url)
+		got, body, _, err := httpGetWith(c, url)
 		if err == nil && got == code {
 			return body
 		}

@@ -60,15 +60,18 @@ func TestHealthAndMetrics(t *testing.T) {
 	other := "another-node"
 	remote.Endpoints[0].NodeName = &other
 	slice := e.createSlice(remote)
-	hcURL := "http://127.0.0.1:" + strconv.Itoa(int(lb.Spec.HealthCheckNodePort)) + "/"
-	body := waitHTTP(t, hcURL, 503)
+	// The health-check node port listens on the node's NodePort address,
+	// in the node's namespace, and is probed from the client's.
+	hcURL := "http://" + nodeAddr + ":" + strconv.Itoa(int(lb.Spec.HealthCheckNodePort)) + "/"
+	probe := e.lab.httpClient()
+	body := waitHTTPWith(t, probe, hcURL, 503)
 	if !strings.Contains(body, `"localEndpoints":0`) {
 		t.Fatalf("health check with no local endpoint: %q", body)
 	}
 	slice.Endpoints = e.endpointSlice("lb", "lb-1", backendAddrs[0]).Endpoints
 	e.updateSlice(slice)
-	body = waitHTTP(t, hcURL, 200)
-	_, _, hdr, err := httpGet(hcURL)
+	body = waitHTTPWith(t, probe, hcURL, 200)
+	_, _, hdr, err := httpGetWith(probe, hcURL)
 	if err != nil || hdr.Get("X-Load-Balancing-Endpoint-Weight") != "1" || !strings.Contains(body, `"localEndpoints":1`) || !strings.Contains(body, `"name":"lb"`) {
 		t.Fatalf("health check with one local endpoint: %q weight %q (%v)", body, hdr.Get("X-Load-Balancing-Endpoint-Weight"), err)
 	}
