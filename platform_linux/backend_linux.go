@@ -32,7 +32,7 @@ type Backend struct {
 	ns  netNS
 	// batches is the netlink socket syncs send their batch on.
 	batches *batchConn
-	sysctl  Sysctl
+	sysctl  sysctl
 	// Conntrack cleans up and lists connections; replaceable in tests.
 	conntrack conntracker
 
@@ -41,7 +41,7 @@ type Backend struct {
 	closed atomic.Bool
 
 	mu            sync.Mutex
-	applied       *Applied // nil: the next sync is full
+	applied       *applied // nil: the next sync is full
 	recreate      bool     // the last full sync failed: rebuild the table from scratch
 	sysctlChecked bool
 	staleUDP      []core.StaleEndpoint
@@ -202,7 +202,7 @@ func (b *Backend) syncFull(ctx context.Context, state *core.NodeState) error {
 		return err
 	}
 	b.logSkipped(rs.Skipped)
-	plan := PlanFull(rs, existing, b.recreate)
+	plan := planFull(rs, existing, b.recreate)
 	built := time.Since(start)
 	// A sync that ran out of time before its batch went out changes nothing:
 	// the previous rules and what the backend knows of them stay as they are.
@@ -213,7 +213,7 @@ func (b *Backend) syncFull(ctx context.Context, state *core.NodeState) error {
 		b.applied, b.recreate = nil, true
 		return fmt.Errorf("full sync of table inet %s: %w", rs.Table, err)
 	}
-	b.applied, b.recreate = NewApplied(rs), false
+	b.applied, b.recreate = newApplied(rs), false
 	b.stats = SyncStats{Full: true, Commands: plan.Len(), Build: built, Encode: b.lastEncode, Kernel: b.lastKernel, Apply: time.Since(start) - built,
 		Skipped: rs.Skipped}
 	b.log.WithFields(logrus.Fields{"ports": len(rs.Ports), "commands": plan.Len(), "took": time.Since(start)}).Debug("full sync")
@@ -222,7 +222,7 @@ func (b *Backend) syncFull(ctx context.Context, state *core.NodeState) error {
 
 func (b *Backend) syncPartial(ctx context.Context, state *core.NodeState, changes core.Changes) error {
 	start := time.Now()
-	ports := make(map[core.PortKey]*PortObjects, len(changes.Ports))
+	ports := make(map[core.PortKey]*portObjects, len(changes.Ports))
 	cfg := b.cfg
 	cfg.Shards = b.applied.Shards
 	var skipped []Skipped
@@ -232,15 +232,15 @@ func (b *Backend) syncPartial(ctx context.Context, state *core.NodeState, change
 			ports[k] = nil
 			continue
 		}
-		if why := Inexpressible(p); why != "" {
+		if why := inexpressible(p); why != "" {
 			skipped = append(skipped, Skipped{Key: k, Reason: why})
 			ports[k] = nil
 			continue
 		}
-		ports[k] = BuildPort(p, state.LocalDetect[k.Family], cfg)
+		ports[k] = buildPort(p, state.LocalDetect[k.Family], cfg)
 	}
 	b.logSkipped(skipped)
-	plan := PlanPartial(b.applied, ports)
+	plan := planPartial(b.applied, ports)
 	built := time.Since(start)
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("partial sync of %d ports not sent: %w", len(ports), err)
@@ -251,7 +251,7 @@ func (b *Backend) syncPartial(ctx context.Context, state *core.NodeState, change
 			return fmt.Errorf("partial sync of %d ports: %w", len(ports), err)
 		}
 	}
-	plan.Commit(b.applied)
+	plan.commit(b.applied)
 	b.stats = SyncStats{Commands: plan.Batch.Len(), Build: built, Encode: b.lastEncode, Kernel: b.lastKernel, Apply: time.Since(start) - built,
 		Skipped: skipped}
 	return nil
@@ -265,7 +265,7 @@ func (b *Backend) logSkipped(skipped []Skipped) {
 }
 
 // inventory lists crossproxy's tables in the kernel with their chains and sets.
-func (b *Backend) inventory() (map[string]Inventory, error) {
+func (b *Backend) inventory() (map[string]inventory, error) {
 	c, err := b.ns.conn()
 	if err != nil {
 		return nil, fmt.Errorf("open nftables connection: %w", err)
@@ -275,10 +275,10 @@ func (b *Backend) inventory() (map[string]Inventory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list inet tables: %w", err)
 	}
-	out := map[string]Inventory{}
+	out := map[string]inventory{}
 	for _, t := range tables {
 		if ownTable(main, t.Name) {
-			out[t.Name] = Inventory{}
+			out[t.Name] = inventory{}
 		}
 	}
 	if len(out) == 0 {
@@ -308,7 +308,7 @@ func (b *Backend) inventory() (map[string]Inventory, error) {
 }
 
 // apply encodes the batch with google/nftables and sends it in one write.
-func (b *Backend) apply(batch *Batch) error {
+func (b *Backend) apply(batch *batch) error {
 	start := time.Now()
 	msgs, err := b.encoder.encode(batch, b.batches.reserve(len(batch.Ops)+2))
 	if err != nil {
@@ -326,9 +326,9 @@ func (b *Backend) apply(batch *Batch) error {
 }
 
 func describeOp(op Op) string {
-	one := &Batch{Ops: []Op{op}}
+	one := &batch{Ops: []Op{op}}
 	if op.Kind == OpAddElements || op.Kind == OpDelElements {
-		return fmt.Sprintf("%s %d elements of set %s", map[OpKind]string{OpAddElements: "add", OpDelElements: "delete"}[op.Kind], len(op.Elements), op.Set.Name)
+		return fmt.Sprintf("%s %d elements of set %s", map[opKind]string{OpAddElements: "add", OpDelElements: "delete"}[op.Kind], len(op.Elements), op.Set.Name)
 	}
 	s := one.Text()
 	if len(s) > 0 && s[len(s)-1] == '\n' {
@@ -381,7 +381,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	batch := &Batch{}
+	batch := &batch{}
 	for _, name := range sortedKeys(existing) {
 		batch.add(Op{Kind: OpDelTable, Table: name})
 	}
@@ -396,7 +396,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 
 // checkSysctls reports (and fixes where it can) the kernel parameters the rules need.
 func (b *Backend) checkSysctls(families []v1.IPFamily) {
-	for _, r := range EnsureSysctls(b.sysctl, families, b.cfg.LocalhostNodePorts) {
+	for _, r := range ensureSysctls(b.sysctl, families, b.cfg.LocalhostNodePorts) {
 		l := b.log.WithFields(logrus.Fields{"sysctl": r.Name, "value": r.Was})
 		switch {
 		case r.Err != nil:

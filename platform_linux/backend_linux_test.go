@@ -168,8 +168,8 @@ func TestFailedBatchChangesNothing(t *testing.T) {
 	before := nftIn(t, ns, "list", "ruleset")
 	web := b.applied.Ports[key("default", "web", "http", "TCP", "IPv4")].Chains[0]
 	webPort := b.applied.Ports[key("default", "web", "http", "TCP", "IPv4")]
-	shard := ShardTable("crossproxy", webPort.Shard)
-	bad := &Batch{Ops: []Op{
+	shard := shardTable("crossproxy", webPort.Shard)
+	bad := &batch{Ops: []Op{
 		{Kind: OpFlushChain, Table: shard, Chain: web},
 		{Kind: OpAddChain, Table: shard, Chain: &Chain{Name: "half-written"}},
 		{Kind: OpAddRule, Table: shard, Chain: web, Rule: Rule{Verdict{Kind: "goto", Chain: "no-such-chain"}}},
@@ -355,7 +355,7 @@ func TestBatchOverManyChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	full := b.LastSync()
-	enc, err := b.encoder.encode(PlanFull(Build(st, b.cfg), map[string]Inventory{}, false), 1)
+	enc, err := b.encoder.encode(planFull(Build(st, b.cfg), map[string]inventory{}, false), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,11 +368,11 @@ func TestBatchOverManyChunks(t *testing.T) {
 	}
 
 	// Rewrite every Service chain, then refer to a missing chain at the end.
-	bad := &Batch{}
+	bad := &batch{}
 	var last *Chain
 	var lastShard string
 	for _, p := range b.applied.Ports {
-		shard := ShardTable("crossproxy", p.Shard)
+		shard := shardTable("crossproxy", p.Shard)
 		for _, c := range p.Chains {
 			bad.add(Op{Kind: OpFlushChain, Table: shard, Chain: c})
 			for _, r := range c.Rules {

@@ -28,12 +28,12 @@ type Config struct {
 	Shards int
 }
 
-// DefaultTable is the table name used when none is configured.
-const DefaultTable = "crossproxy"
+// defaultTable is the table name used when none is configured.
+const defaultTable = "crossproxy"
 
 func (c Config) table() string {
 	if c.Table == "" {
-		return DefaultTable
+		return defaultTable
 	}
 	return c.Table
 }
@@ -51,34 +51,34 @@ const (
 	maxShards        = 24
 )
 
-// ShardCount is the number of shard tables for n Service ports.
-func ShardCount(n int) int {
+// shardCount is the number of shard tables for n Service ports.
+func shardCount(n int) int {
 	s := (n + maxPortsPerShard - 1) / maxPortsPerShard
 	return min(max(s, 1), maxShards)
 }
 
-// ShardTable names shard i of the table.
-func ShardTable(table string, i int) string { return table + "-" + strconv.Itoa(i) }
+// shardTable names shard i of the table.
+func shardTable(table string, i int) string { return table + "-" + strconv.Itoa(i) }
 
-// PortObjects are the objects one Service port (in one family) owns: its
+// portObjects are the objects one Service port (in one family) owns: its
 // chains, its elements in the family's frontend map, its affinity sets, and the
 // addresses it contributes to the shared cluster-ips and hairpin sets. Keeping
 // them per port is what lets a partial sync touch only changed Services.
-type PortObjects struct {
+type portObjects struct {
 	Key core.PortKey
 	// Shard is the shard table holding the chains, frontends and affinity
 	// sets; ClusterIP and Endpoints go to the main table's shared sets.
 	Shard        int
 	Chains       []*Chain
-	Frontends    []Element
+	Frontends    []element
 	AffinitySets []Set
 	ClusterIP    netip.Addr
 	Endpoints    []netip.Addr
 }
 
-// Globals are the objects that are not a Service port's: the main table's
+// globals are the objects that are not a Service port's: the main table's
 // chains and sets, and those every shard table has.
-type Globals struct {
+type globals struct {
 	Families    []v1.IPFamily
 	Chains      []*Chain
 	Sets        []Set
@@ -86,12 +86,12 @@ type Globals struct {
 	ShardSets   []Set
 }
 
-// Ruleset is the whole desired content of the main table and its shards.
-type Ruleset struct {
+// ruleset is the whole desired content of the main table and its shards.
+type ruleset struct {
 	Table   string
 	Shards  int
-	Globals *Globals
-	Ports   []*PortObjects // sorted by key
+	Globals *globals
+	Ports   []*portObjects // sorted by key
 	// Skipped are the ports left out because nftables cannot hold them.
 	Skipped []Skipped
 }
@@ -108,12 +108,12 @@ type Skipped struct {
 // (NFT_NAME_MAXLEN without its terminating NUL).
 const maxNameLen = 255
 
-// Inexpressible says why nftables cannot hold port p, or "" when it can. The
+// inexpressible says why nftables cannot hold port p, or "" when it can. The
 // core validates its input, but manifests in standalone mode never passed an
 // API server, and one port the kernel refuses would fail every batch. The
 // answer depends only on p.Key, so a programmed port never becomes
 // inexpressible through an update and loses its rules.
-func Inexpressible(p *core.ServicePort) string {
+func inexpressible(p *core.ServicePort) string {
 	switch p.Key.Family {
 	case v1.IPv4Protocol, v1.IPv6Protocol:
 	default:
@@ -187,9 +187,9 @@ func affinitySetName(p *core.ServicePort, ep core.Endpoint, timeout time.Duratio
 	return fmt.Sprintf("aff-%s-%s", shortHash(p.Key.String()), shortHash(ep.AddrPort().String()+"/"+timeout.String()))
 }
 
-// ParsePortChain splits a chain name made by portChainName into its kind and
+// parsePortChain splits a chain name made by portChainName into its kind and
 // "namespace/name" (ok is false for other chains).
-func ParsePortChain(name string) (kind, service string, ok bool) {
+func parsePortChain(name string) (kind, service string, ok bool) {
 	parts := strings.SplitN(name, "-", 3)
 	if len(parts) != 3 {
 		return "", "", false
@@ -207,12 +207,12 @@ func ParsePortChain(name string) (kind, service string, ok bool) {
 }
 
 // Build computes the whole ruleset for a NodeState, without the ports
-// Inexpressible refuses (listed in Skipped).
-func Build(state *core.NodeState, cfg Config) *Ruleset {
+// inexpressible refuses (listed in Skipped).
+func Build(state *core.NodeState, cfg Config) *ruleset {
 	if cfg.Shards <= 0 {
-		cfg.Shards = ShardCount(len(state.Ports))
+		cfg.Shards = shardCount(len(state.Ports))
 	}
-	rs := &Ruleset{Table: cfg.table(), Shards: cfg.Shards, Globals: BuildGlobals(state)}
+	rs := &ruleset{Table: cfg.table(), Shards: cfg.Shards, Globals: buildGlobals(state)}
 	keys := make([]core.PortKey, 0, len(state.Ports))
 	for k := range state.Ports {
 		keys = append(keys, k)
@@ -220,55 +220,55 @@ func Build(state *core.NodeState, cfg Config) *Ruleset {
 	slices.SortFunc(keys, core.PortKey.Compare)
 	for _, k := range keys {
 		p := state.Ports[k]
-		if why := Inexpressible(p); why != "" {
+		if why := inexpressible(p); why != "" {
 			rs.Skipped = append(rs.Skipped, Skipped{Key: k, Reason: why})
 			continue
 		}
-		rs.Ports = append(rs.Ports, BuildPort(p, state.LocalDetect[k.Family], cfg))
+		rs.Ports = append(rs.Ports, buildPort(p, state.LocalDetect[k.Family], cfg))
 	}
 	return rs
 }
 
-// BuildGlobals computes the chains and sets that are not a port's. The main
+// buildGlobals computes the chains and sets that are not a port's. The main
 // table holds masquerading, the refusal of unused ClusterIP ports (priority
 // dstnat+1: it only sees packets no shard translated) and the shared sets;
 // every shard dispatches its own frontends and has its own helper chains,
 // since a jump cannot leave its table.
-func BuildGlobals(state *core.NodeState) *Globals {
-	g := &Globals{Families: append([]v1.IPFamily(nil), state.Families...)}
+func buildGlobals(state *core.NodeState) *globals {
+	g := &globals{Families: append([]v1.IPFamily(nil), state.Families...)}
 	if len(g.Families) == 0 {
 		g.Families = []v1.IPFamily{v1.IPv4Protocol}
 	}
 	var dispatch, unused []Rule
 	for _, f := range g.Families {
-		dispatch = append(dispatch, Rule{MatchFamily{f}, Dispatch{f, frontendMap(f)}})
+		dispatch = append(dispatch, Rule{matchFamily{f}, Dispatch{f, frontendMap(f)}})
 		// A ClusterIP packet no frontend took is for an unused port: refuse it.
-		unused = append(unused, Rule{MatchFamily{f}, MatchAddrSet{Family: f, Set: clusterIPSet(f)}, Verdict{Kind: "goto", Chain: chainReject}})
+		unused = append(unused, Rule{matchFamily{f}, matchAddrSet{Family: f, Set: clusterIPSet(f)}, Verdict{Kind: "goto", Chain: chainReject}})
 	}
-	post := []Rule{{MatchDNAT{}, MatchMark{MasqueradeMark}, ClearMark{MasqueradeMark}, Masquerade{}}}
+	post := []Rule{{matchDNAT{}, matchMark{masqueradeMark}, clearMark{masqueradeMark}, Masquerade{}}}
 	for _, f := range g.Families {
-		post = append(post, Rule{MatchFamily{f}, MatchDNAT{}, MatchHairpin{f, hairpinSet(f)}, Masquerade{}})
+		post = append(post, Rule{matchFamily{f}, matchDNAT{}, matchHairpin{f, hairpinSet(f)}, Masquerade{}})
 	}
 	rejectChain := func() *Chain {
-		return &Chain{Name: chainReject, Rules: []Rule{{MatchL4{v1.ProtocolTCP}, Reject{TCPReset: true}}, {Reject{}}}}
+		return &Chain{Name: chainReject, Rules: []Rule{{matchL4{v1.ProtocolTCP}, reject{TCPReset: true}}, {reject{}}}}
 	}
 	g.Chains = append(g.Chains,
-		&Chain{Name: chainPrerouting, Hook: &Hook{"nat", "prerouting", priorityDstNAT + 1}, Rules: unused},
-		&Chain{Name: chainOutput, Hook: &Hook{"nat", "output", priorityDstNAT + 1}, Rules: unused},
-		&Chain{Name: chainPostrouting, Hook: &Hook{"nat", "postrouting", prioritySrcNAT}, Rules: post},
+		&Chain{Name: chainPrerouting, Hook: &hook{"nat", "prerouting", priorityDstNAT + 1}, Rules: unused},
+		&Chain{Name: chainOutput, Hook: &hook{"nat", "output", priorityDstNAT + 1}, Rules: unused},
+		&Chain{Name: chainPostrouting, Hook: &hook{"nat", "postrouting", prioritySrcNAT}, Rules: post},
 		rejectChain(),
 	)
 	g.ShardChains = append(g.ShardChains,
-		&Chain{Name: chainPrerouting, Hook: &Hook{"nat", "prerouting", priorityDstNAT}, Rules: dispatch},
-		&Chain{Name: chainOutput, Hook: &Hook{"nat", "output", priorityDstNAT}, Rules: dispatch},
-		&Chain{Name: chainMarkMasq, Rules: []Rule{{SetMark{MasqueradeMark}}}},
+		&Chain{Name: chainPrerouting, Hook: &hook{"nat", "prerouting", priorityDstNAT}, Rules: dispatch},
+		&Chain{Name: chainOutput, Hook: &hook{"nat", "output", priorityDstNAT}, Rules: dispatch},
+		&Chain{Name: chainMarkMasq, Rules: []Rule{{setMark{masqueradeMark}}}},
 		rejectChain(),
 	)
 	for _, f := range g.Families {
 		det := state.LocalDetect[f]
 		if det.Implemented() {
 			rules := localSourceRules(f, det, Verdict{Kind: "return"})
-			rules = append(rules, Rule{SetMark{MasqueradeMark}})
+			rules = append(rules, Rule{setMark{masqueradeMark}})
 			g.ShardChains = append(g.ShardChains, &Chain{Name: offClusterChain(f), Rules: rules})
 		}
 		g.Sets = append(g.Sets,
@@ -291,12 +291,12 @@ func localSourceRules(f v1.IPFamily, det core.FamilyLocalDetect, v Verdict) []Ru
 			if p.Addr().Is4() != (f == v1.IPv4Protocol) {
 				continue
 			}
-			rules = append(rules, Rule{MatchAddr{Family: f, Source: true, Prefix: p.Masked()}, v})
+			rules = append(rules, Rule{matchAddr{Family: f, Source: true, Prefix: p.Masked()}, v})
 		}
 	case core.LocalDetectBridgeInterface:
-		rules = append(rules, Rule{MatchIif{Name: det.Interface}, v})
+		rules = append(rules, Rule{matchIif{Name: det.Interface}, v})
 	case core.LocalDetectInterfaceNamePrefix:
-		rules = append(rules, Rule{MatchIif{Name: det.Interface, Prefix: true}, v})
+		rules = append(rules, Rule{matchIif{Name: det.Interface, Prefix: true}, v})
 	}
 	return rules
 }
@@ -304,18 +304,18 @@ func localSourceRules(f v1.IPFamily, det core.FamilyLocalDetect, v Verdict) []Ru
 type portBuilder struct {
 	p   *core.ServicePort
 	det core.FamilyLocalDetect
-	o   *PortObjects
+	o   *portObjects
 	aff map[string]bool
 }
 
-// BuildPort computes the objects of one Service port; cfg.Shards must be set
+// buildPort computes the objects of one Service port; cfg.Shards must be set
 // and Inexpressible(p) must be "". It writes p's addresses as they are: the
 // core guarantees they are valid, unmapped and of the port's family (see
 // core.ServicePort), which the kernel needs to take the batch.
-func BuildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *PortObjects {
+func buildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *portObjects {
 	f := p.Key.Family
 	hash, shard := portHash(p.Key, cfg.Shards)
-	b := &portBuilder{p: p, det: det, o: &PortObjects{Key: p.Key, ClusterIP: p.ClusterIP, Shard: shard}, aff: map[string]bool{}}
+	b := &portBuilder{p: p, det: det, o: &portObjects{Key: p.Key, ClusterIP: p.ClusterIP, Shard: shard}, aff: map[string]bool{}}
 	suffix := portChainSuffix(p, hash)
 	name := func(kind string) string { return kind + "-" + suffix }
 	svc := name("svc")
@@ -368,8 +368,8 @@ func BuildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *Por
 				er = append(er, localSourceRules(f, det, Verdict{Kind: "goto", Chain: cluster})...)
 			}
 			er = append(er,
-				Rule{MatchLocalSource{}, Verdict{Kind: "jump", Chain: chainMarkMasq}},
-				Rule{MatchLocalSource{}, Verdict{Kind: "goto", Chain: cluster}})
+				Rule{matchLocalSource{}, Verdict{Kind: "jump", Chain: chainMarkMasq}},
+				Rule{matchLocalSource{}, Verdict{Kind: "goto", Chain: cluster}})
 			er = append(er, b.body(p.LocalEndpoints, p.ExternalEmpty)...)
 		}
 		b.o.Chains = append(b.o.Chains, &Chain{Name: ext, Rules: er})
@@ -377,7 +377,7 @@ func BuildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *Por
 			fw = name("fw")
 			var fr []Rule
 			for _, r := range p.SourceRanges {
-				fr = append(fr, Rule{MatchAddr{Family: f, Source: true, Prefix: r.Masked()}, Verdict{Kind: "goto", Chain: ext}})
+				fr = append(fr, Rule{matchAddr{Family: f, Source: true, Prefix: r.Masked()}, Verdict{Kind: "goto", Chain: ext}})
 			}
 			fr = append(fr, Rule{Verdict{Kind: "drop"}})
 			b.o.Chains = append(b.o.Chains, &Chain{Name: fw, Rules: fr})
@@ -392,13 +392,13 @@ func BuildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *Por
 		case fe.Kind.External():
 			target = ext
 		}
-		b.o.Frontends = append(b.o.Frontends, Element{Addr: fe.Addr, Proto: p.Protocol, Port: fe.Port, Chain: target, Comment: string(fe.Kind)})
+		b.o.Frontends = append(b.o.Frontends, element{Addr: fe.Addr, Proto: p.Protocol, Port: fe.Port, Chain: target, Comment: string(fe.Kind)})
 	}
 	// The localhost frontend follows the core's NodePort frontends: a port
 	// whose NodePort another Service claimed has none, and a second
 	// 127.0.0.1 element of that port would make the kernel refuse the batch.
 	if cfg.LocalhostNodePorts && f == v1.IPv4Protocol && hasNodePort {
-		b.o.Frontends = append(b.o.Frontends, Element{Addr: netip.AddrFrom4([4]byte{127, 0, 0, 1}), Proto: p.Protocol,
+		b.o.Frontends = append(b.o.Frontends, element{Addr: netip.AddrFrom4([4]byte{127, 0, 0, 1}), Proto: p.Protocol,
 			Port: p.NodePort, Chain: ext, Comment: string(core.FrontendNodePort)})
 	}
 
@@ -451,7 +451,7 @@ func (b *portBuilder) body(eps []core.Endpoint, empty core.Verdict) []Rule {
 				b.aff[name] = true
 				b.o.AffinitySets = append(b.o.AffinitySets, Set{Name: name, Family: f, Kind: SetAffinity, Timeout: timeout})
 			}
-			rules = append(rules, Rule{MatchAddrSet{Family: f, Source: true, Set: name}, UpdateAffinity{f, name}, DNAT{f, b.p.Protocol, ep.AddrPort()}})
+			rules = append(rules, Rule{matchAddrSet{Family: f, Source: true, Set: name}, updateAffinity{f, name}, DNAT{f, b.p.Protocol, ep.AddrPort()}})
 		}
 	}
 	n := len(eps)
@@ -465,10 +465,10 @@ func (b *portBuilder) body(eps []core.Endpoint, empty core.Verdict) []Rule {
 		}
 		r := make(Rule, 0, size)
 		if k < n-1 {
-			r = append(r, MatchRandom{uint32(n - k)})
+			r = append(r, matchRandom{uint32(n - k)})
 		}
 		if sets != nil {
-			r = append(r, UpdateAffinity{f, sets[k]})
+			r = append(r, updateAffinity{f, sets[k]})
 		}
 		r = append(r, DNAT{f, b.p.Protocol, ep.AddrPort()})
 		rules = append(rules, r)

@@ -17,7 +17,7 @@ func BenchmarkBuildPlan10k(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		rs := Build(st, Config{})
-		PlanFull(rs, nil, false)
+		planFull(rs, nil, false)
 	}
 }
 

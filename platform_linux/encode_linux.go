@@ -15,10 +15,10 @@ import (
 // nftables.Conn.AddRule for 100,000 rules spends most of a full sync copying
 // nested attributes.
 type ruleEncoder struct {
-	cache map[Stmt][]byte
+	cache map[stmt][]byte
 }
 
-func newRuleEncoder() *ruleEncoder { return &ruleEncoder{cache: map[Stmt][]byte{}} }
+func newRuleEncoder() *ruleEncoder { return &ruleEncoder{cache: map[stmt][]byte{}} }
 
 const maxCachedStmts = 1 << 16
 
@@ -36,11 +36,11 @@ func appendAttr(b []byte, typ uint16, payload []byte) []byte {
 
 // cacheable reports whether a statement is likely to repeat: endpoint
 // addresses and per-endpoint sets are not.
-func cacheable(s Stmt) bool {
+func cacheable(s stmt) bool {
 	switch s := s.(type) {
-	case DNAT, UpdateAffinity:
+	case DNAT, updateAffinity:
 		return false
-	case MatchAddrSet:
+	case matchAddrSet:
 		return !s.Source
 	}
 	return true
@@ -48,7 +48,7 @@ func cacheable(s Stmt) bool {
 
 // stmt returns the statement's expressions as a run of NFTA_LIST_ELEM
 // attributes (DNAT is appended in place by appendRule instead).
-func (e *ruleEncoder) stmt(s Stmt) ([]byte, error) {
+func (e *ruleEncoder) stmt(s stmt) ([]byte, error) {
 	if b, ok := e.cache[s]; ok {
 		return b, nil
 	}
@@ -66,7 +66,7 @@ func (e *ruleEncoder) stmt(s Stmt) ([]byte, error) {
 	}
 	if cacheable(s) {
 		if len(e.cache) >= maxCachedStmts {
-			e.cache = map[Stmt][]byte{}
+			e.cache = map[stmt][]byte{}
 		}
 		e.cache[s] = b
 	}
@@ -191,7 +191,7 @@ const (
 
 // encode writes a batch as netlink messages (batch begin and end included)
 // into a batchBuf whose sequence numbers start at seq.
-func (e *ruleEncoder) encode(batch *Batch, seq uint32) (*batchBuf, error) {
+func (e *ruleEncoder) encode(batch *batch, seq uint32) (*batchBuf, error) {
 	out := newBatchBuf(seq, len(batch.Ops))
 	batchMark := func(typ uint16) {
 		out.start(typ, unix.NLM_F_REQUEST)

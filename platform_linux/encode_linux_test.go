@@ -39,7 +39,7 @@ func captureMessages(build func(*nftables.Conn) error) ([]netlink.Message, error
 	return captured, nil
 }
 
-func elementKey(kind SetKind, e Element) []byte {
+func elementKey(kind setKind, e element) []byte {
 	switch kind {
 	case SetFrontends:
 		k := append([]byte(nil), e.Addr.AsSlice()...)
@@ -51,7 +51,7 @@ func elementKey(kind SetKind, e Element) []byte {
 	return e.Addr.AsSlice()
 }
 
-func nftElements(kind SetKind, es []Element, withData bool) []nftables.SetElement {
+func nftElements(kind setKind, es []element, withData bool) []nftables.SetElement {
 	out := make([]nftables.SetElement, len(es))
 	for i, e := range es {
 		out[i] = nftables.SetElement{Key: elementKey(kind, e)}
@@ -64,7 +64,7 @@ func nftElements(kind SetKind, es []Element, withData bool) []nftables.SetElemen
 }
 
 // encodeBatch turns the planned commands into google/nftables calls.
-func encodeBatch(c *nftables.Conn, batch *Batch) error {
+func encodeBatch(c *nftables.Conn, batch *batch) error {
 	setID := uint32(0)
 	tables := map[string]*nftables.Table{}
 	for _, op := range batch.Ops {
@@ -135,13 +135,13 @@ func encodeBatch(c *nftables.Conn, batch *Batch) error {
 // last command.
 func TestOpEncodingMatchesLibrary(t *testing.T) {
 	rs := Build(testState(), Config{Table: "crossproxy", LocalhostNodePorts: true})
-	existing := map[string]Inventory{
+	existing := map[string]inventory{
 		"crossproxy":   {Chains: []string{"old-chain"}, Sets: []string{"old-set", "cluster-ips-v4"}},
 		"crossproxy-0": {Sets: []string{"frontends-v4"}},
 		"crossproxy-7": {},
 	}
-	batch := PlanFull(rs, existing, false)
-	batch.Ops = append(batch.Ops, PlanFull(rs, nil, true).Ops...)
+	batch := planFull(rs, existing, false)
+	batch.Ops = append(batch.Ops, planFull(rs, nil, true).Ops...)
 	var affinity, anyChain *Chain
 	for _, p := range rs.Ports {
 		for _, c := range p.Chains {
@@ -150,14 +150,14 @@ func TestOpEncodingMatchesLibrary(t *testing.T) {
 		if len(p.AffinitySets) > 0 {
 			affinity = p.Chains[0]
 		}
-		shard := ShardTable("crossproxy", p.Shard)
+		shard := shardTable("crossproxy", p.Shard)
 		batch.add(Op{Kind: OpDelElements, Table: shard, Set: Set{Name: frontendMap(p.Key.Family), Family: p.Key.Family, Kind: SetFrontends}, Elements: p.Frontends})
 	}
 	if affinity == nil {
 		t.Fatal("test state has no affinity set")
 	}
 	batch.add(Op{Kind: OpFlushChain, Table: "crossproxy-0", Chain: anyChain})
-	kinds := map[OpKind]int{}
+	kinds := map[opKind]int{}
 	for _, op := range batch.Ops {
 		kinds[op.Kind]++
 	}

@@ -25,7 +25,7 @@ var verdictGoto int32 = unix.NFT_GOTO
 
 // appendElementKey appends a set element's key: address, or address .
 // protocol . port (each field padded to 4 bytes), or address . address.
-func appendElementKey(b []byte, kind SetKind, e Element) []byte {
+func appendElementKey(b []byte, kind setKind, e element) []byte {
 	b = append(b, e.Addr.AsSlice()...)
 	switch kind {
 	case SetFrontends:

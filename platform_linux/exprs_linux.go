@@ -83,13 +83,13 @@ func ruleExprs(r Rule) ([]expr.Any, error) {
 	var out []expr.Any
 	for _, s := range r {
 		switch s := s.(type) {
-		case MatchFamily:
+		case matchFamily:
 			out = append(out, &expr.Meta{Key: expr.MetaKeyNFPROTO, Register: reg1},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{nfproto(s.Family)}})
-		case MatchL4:
+		case matchL4:
 			out = append(out, &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{l4proto(s.Proto)}})
-		case MatchAddr:
+		case matchAddr:
 			op := expr.CmpOpEq
 			if s.Invert {
 				op = expr.CmpOpNeq
@@ -106,31 +106,31 @@ func ruleExprs(r Rule) ([]expr.Any, error) {
 					Mask: mask, Xor: make([]byte, addrLen(s.Family))})
 			}
 			out = append(out, &expr.Cmp{Op: op, Register: reg1, Data: p.Addr().AsSlice()})
-		case MatchAddrSet:
+		case matchAddrSet:
 			out = append(out, familyCheck(s.Family)...)
 			out = append(out, loadAddr(s.Family, s.Source, reg1), &expr.Lookup{SourceRegister: reg1, SetName: s.Set})
-		case MatchHairpin:
+		case matchHairpin:
 			out = append(out, loadAddr(s.Family, true, reg32), loadAddr(s.Family, false, reg32+addrLen(s.Family)/4),
 				&expr.Lookup{SourceRegister: reg32, SetName: s.Set})
-		case MatchIif:
+		case matchIif:
 			data := ifname(s.Name)
 			if s.Prefix {
 				data = []byte(s.Name)
 			}
 			out = append(out, &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: data})
-		case MatchLocalSource:
+		case matchLocalSource:
 			out = append(out, &expr.Fib{Register: reg1, FlagSADDR: true, ResultADDRTYPE: true},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: u32(unix.RTN_LOCAL)})
-		case MatchMark:
+		case matchMark:
 			out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
 				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: u32(s.Bit), Xor: u32(0)},
 				&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: u32(0)})
-		case MatchDNAT:
+		case matchDNAT:
 			out = append(out, &expr.Ct{Key: expr.CtKeySTATUS, Register: reg1},
 				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: u32(ipsDstNAT), Xor: u32(0)},
 				&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: u32(0)})
-		case MatchRandom:
+		case matchRandom:
 			out = append(out, &expr.Numgen{Register: reg1, Modulus: s.Mod, Type: unix.NFT_NG_RANDOM},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: u32(0)})
 		case Dispatch:
@@ -139,15 +139,15 @@ func ruleExprs(r Rule) ([]expr.Any, error) {
 				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: protoReg},
 				&expr.Payload{DestRegister: protoReg + 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 				&expr.Lookup{SourceRegister: reg32, DestRegister: 0, IsDestRegSet: true, SetName: s.Map})
-		case SetMark:
+		case setMark:
 			out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
 				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: u32(^s.Bit), Xor: u32(s.Bit)},
 				&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1})
-		case ClearMark:
+		case clearMark:
 			out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
 				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: u32(^s.Bit), Xor: u32(0)},
 				&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg1})
-		case UpdateAffinity:
+		case updateAffinity:
 			out = append(out, loadAddr(s.Family, true, reg1),
 				&expr.Dynset{SrcRegKey: reg1, SetName: s.Set, Operation: unix.NFT_DYNSET_OP_UPDATE})
 		case DNAT:
@@ -159,7 +159,7 @@ func ruleExprs(r Rule) ([]expr.Any, error) {
 				&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(nfproto(s.Family)), RegAddrMin: reg1, RegProtoMin: reg2, Specified: true})
 		case Masquerade:
 			out = append(out, &expr.Masq{FullyRandom: true})
-		case Reject:
+		case reject:
 			if s.TCPReset {
 				out = append(out, &expr.Reject{Type: unix.NFT_REJECT_TCP_RST})
 			} else {

@@ -9,10 +9,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// MasqueradeMark is the packet mark bit the service chains set on connections
+// masqueradeMark is the packet mark bit the service chains set on connections
 // that must be masqueraded; the postrouting chain clears it and masquerades.
 // It is the only thing crossproxy's rules share with the rest of the node.
-const MasqueradeMark uint32 = 0x4000
+const masqueradeMark uint32 = 0x4000
 
 // Names of the table-wide chains and sets. Per-Service-port objects are named by
 // portChainName and affinitySetName.
@@ -32,13 +32,13 @@ const (
 	prioritySrcNAT int32 = 100
 )
 
-// SetKind is the key (and data) type of a set, which decides how its elements
+// setKind is the key (and data) type of a set, which decides how its elements
 // are encoded.
-type SetKind int
+type setKind int
 
 const (
 	// SetFrontends is a verdict map "address . protocol . port : verdict".
-	SetFrontends SetKind = iota
+	SetFrontends setKind = iota
 	// SetAddrs is a set of addresses.
 	SetAddrs
 	// SetAddrPairs is a set of "address . address" (hairpin).
@@ -51,12 +51,12 @@ const (
 type Set struct {
 	Name    string
 	Family  v1.IPFamily
-	Kind    SetKind
+	Kind    setKind
 	Timeout time.Duration // SetAffinity only
 }
 
-// Element is one element of a set; which fields count depends on the set's Kind.
-type Element struct {
+// element is one element of a set; which fields count depends on the set's Kind.
+type element struct {
 	Addr  netip.Addr
 	Addr2 netip.Addr // SetAddrPairs
 	Proto v1.Protocol
@@ -68,8 +68,8 @@ type Element struct {
 	Comment string
 }
 
-// Hook makes a chain a base chain.
-type Hook struct {
+// hook makes a chain a base chain.
+type hook struct {
 	Type     string // "nat"
 	Hook     string // "prerouting", "output", "postrouting"
 	Priority int32
@@ -78,62 +78,62 @@ type Hook struct {
 // Chain is one chain with its rules in order.
 type Chain struct {
 	Name  string
-	Hook  *Hook
+	Hook  *hook
 	Rules []Rule
 }
 
 // Rule is a sequence of matches and statements, evaluated in order.
-type Rule []Stmt
+type Rule []stmt
 
-// Stmt is one match or statement of a rule. Every Stmt is a comparable value
+// stmt is one match or statement of a rule. Every stmt is a comparable value
 // type, so rules compare with ==.
-type Stmt interface{ nft() string }
+type stmt interface{ nft() string }
 
-// MatchFamily matches the packet's IP family (meta nfproto).
-type MatchFamily struct{ Family v1.IPFamily }
+// matchFamily matches the packet's IP family (meta nfproto).
+type matchFamily struct{ Family v1.IPFamily }
 
-// MatchL4 matches the transport protocol.
-type MatchL4 struct{ Proto v1.Protocol }
+// matchL4 matches the transport protocol.
+type matchL4 struct{ Proto v1.Protocol }
 
-// MatchAddr matches the source or destination address against a prefix.
-type MatchAddr struct {
+// matchAddr matches the source or destination address against a prefix.
+type matchAddr struct {
 	Family v1.IPFamily
 	Source bool
 	Prefix netip.Prefix
 	Invert bool
 }
 
-// MatchAddrSet matches the source or destination address against a named set.
-type MatchAddrSet struct {
+// matchAddrSet matches the source or destination address against a named set.
+type matchAddrSet struct {
 	Family v1.IPFamily
 	Source bool
 	Set    string
 }
 
-// MatchHairpin matches "source . destination" against a set of address pairs:
+// matchHairpin matches "source . destination" against a set of address pairs:
 // a packet that a DNAT sent back to the pod that sent it.
-type MatchHairpin struct {
+type matchHairpin struct {
 	Family v1.IPFamily
 	Set    string
 }
 
-// MatchIif matches the input interface name, or a prefix of it.
-type MatchIif struct {
+// matchIif matches the input interface name, or a prefix of it.
+type matchIif struct {
 	Name   string
 	Prefix bool
 }
 
-// MatchLocalSource matches packets whose source address is one of this host's (fib saddr type local).
-type MatchLocalSource struct{}
+// matchLocalSource matches packets whose source address is one of this host's (fib saddr type local).
+type matchLocalSource struct{}
 
-// MatchMark matches packets with the mark bit set.
-type MatchMark struct{ Bit uint32 }
+// matchMark matches packets with the mark bit set.
+type matchMark struct{ Bit uint32 }
 
-// MatchDNAT matches connections that were destination-NATed (ct status dnat).
-type MatchDNAT struct{}
+// matchDNAT matches connections that were destination-NATed (ct status dnat).
+type matchDNAT struct{}
 
-// MatchRandom matches one packet in Mod, chosen at random (numgen random mod Mod == 0).
-type MatchRandom struct{ Mod uint32 }
+// matchRandom matches one packet in Mod, chosen at random (numgen random mod Mod == 0).
+type matchRandom struct{ Mod uint32 }
 
 // Dispatch looks "daddr . l4proto . dport" up in a verdict map.
 type Dispatch struct {
@@ -141,14 +141,14 @@ type Dispatch struct {
 	Map    string
 }
 
-// SetMark sets the mark bit.
-type SetMark struct{ Bit uint32 }
+// setMark sets the mark bit.
+type setMark struct{ Bit uint32 }
 
-// ClearMark clears the mark bit.
-type ClearMark struct{ Bit uint32 }
+// clearMark clears the mark bit.
+type clearMark struct{ Bit uint32 }
 
-// UpdateAffinity adds or refreshes the source address in a dynamic set.
-type UpdateAffinity struct {
+// updateAffinity adds or refreshes the source address in a dynamic set.
+type updateAffinity struct {
 	Family v1.IPFamily
 	Set    string
 }
@@ -165,8 +165,8 @@ type DNAT struct {
 // Masquerade rewrites the source to the outgoing interface's address.
 type Masquerade struct{}
 
-// Reject refuses the packet: a TCP reset, or ICMP port unreachable.
-type Reject struct{ TCPReset bool }
+// reject refuses the packet: a TCP reset, or ICMP port unreachable.
+type reject struct{ TCPReset bool }
 
 // Verdict ends the rule with accept, drop, return, jump or goto.
 type Verdict struct {
@@ -190,14 +190,14 @@ func dir(source bool) string {
 	return "daddr"
 }
 
-func (m MatchFamily) nft() string {
+func (m matchFamily) nft() string {
 	if m.Family == v1.IPv6Protocol {
 		return "meta nfproto ipv6"
 	}
 	return "meta nfproto ipv4"
 }
-func (m MatchL4) nft() string { return "meta l4proto " + protoName(m.Proto) }
-func (m MatchAddr) nft() string {
+func (m matchL4) nft() string { return "meta l4proto " + protoName(m.Proto) }
+func (m matchAddr) nft() string {
 	op := ""
 	if m.Invert {
 		op = "!= "
@@ -208,37 +208,37 @@ func (m MatchAddr) nft() string {
 	}
 	return fmt.Sprintf("%s %s %s%s", ipKeyword(m.Family), dir(m.Source), op, p)
 }
-func (m MatchAddrSet) nft() string {
+func (m matchAddrSet) nft() string {
 	return fmt.Sprintf("%s %s @%s", ipKeyword(m.Family), dir(m.Source), m.Set)
 }
-func (m MatchHairpin) nft() string {
+func (m matchHairpin) nft() string {
 	k := ipKeyword(m.Family)
 	return fmt.Sprintf("%s saddr . %s daddr @%s", k, k, m.Set)
 }
-func (m MatchIif) nft() string {
+func (m matchIif) nft() string {
 	if m.Prefix {
 		return fmt.Sprintf("iifname %q", m.Name+"*")
 	}
 	return fmt.Sprintf("iifname %q", m.Name)
 }
-func (MatchLocalSource) nft() string { return "fib saddr type local" }
-func (m MatchMark) nft() string      { return fmt.Sprintf("meta mark & 0x%08x != 0x00000000", m.Bit) }
-func (MatchDNAT) nft() string        { return "ct status dnat" }
-func (m MatchRandom) nft() string    { return fmt.Sprintf("numgen random mod %d 0", m.Mod) }
+func (matchLocalSource) nft() string { return "fib saddr type local" }
+func (m matchMark) nft() string      { return fmt.Sprintf("meta mark & 0x%08x != 0x00000000", m.Bit) }
+func (matchDNAT) nft() string        { return "ct status dnat" }
+func (m matchRandom) nft() string    { return fmt.Sprintf("numgen random mod %d 0", m.Mod) }
 func (d Dispatch) nft() string {
 	k := ipKeyword(d.Family)
 	return fmt.Sprintf("%s daddr . meta l4proto . th dport vmap @%s", k, d.Map)
 }
-func (s SetMark) nft() string   { return fmt.Sprintf("meta mark set meta mark | 0x%08x", s.Bit) }
-func (s ClearMark) nft() string { return fmt.Sprintf("meta mark set meta mark & 0x%08x", ^s.Bit) }
-func (u UpdateAffinity) nft() string {
+func (s setMark) nft() string   { return fmt.Sprintf("meta mark set meta mark | 0x%08x", s.Bit) }
+func (s clearMark) nft() string { return fmt.Sprintf("meta mark set meta mark & 0x%08x", ^s.Bit) }
+func (u updateAffinity) nft() string {
 	return fmt.Sprintf("update @%s { %s saddr }", u.Set, ipKeyword(u.Family))
 }
 func (d DNAT) nft() string {
 	return fmt.Sprintf("meta l4proto %s dnat %s to %s", protoName(d.Proto), ipKeyword(d.Family), d.To)
 }
 func (Masquerade) nft() string { return "masquerade fully-random" }
-func (r Reject) nft() string {
+func (r reject) nft() string {
 	if r.TCPReset {
 		return "reject with tcp reset"
 	}

@@ -85,16 +85,16 @@ func (n netNS) conn() (*nftables.Conn, error) {
 	return nftables.New(nftables.WithNetNSFd(n.fd))
 }
 
-// BatchError is a batch the kernel refused; Errors name the failed commands.
-type BatchError struct {
+// batchError is a batch the kernel refused; Errors name the failed commands.
+type batchError struct {
 	Errors []error
 }
 
-func (e *BatchError) Error() string {
+func (e *batchError) Error() string {
 	return fmt.Sprintf("nftables batch rejected: %v", errors.Join(e.Errors...))
 }
 
-func (e *BatchError) Unwrap() []error { return e.Errors }
+func (e *batchError) Unwrap() []error { return e.Errors }
 
 // batchConn is the netlink socket batches go out on. It stays open between
 // syncs because closing a NETLINK_NETFILTER socket waits for an RCU grace
@@ -315,7 +315,7 @@ func (c *batchConn) exchange(batch *batchBuf, describe func(i int) string) error
 		}
 	}
 	if len(errs) > 0 {
-		return &BatchError{Errors: errs}
+		return &batchError{Errors: errs}
 	}
 	return nil
 }

@@ -12,11 +12,11 @@ import (
 	"github.com/crossproxy/crossproxy/core"
 )
 
-// OpKind is one kind of netlink command in a batch.
-type OpKind int
+// opKind is one kind of netlink command in a batch.
+type opKind int
 
 const (
-	OpAddTable OpKind = iota
+	OpAddTable opKind = iota
 	OpDelTable
 	OpFlushTable
 	OpAddSet
@@ -33,28 +33,28 @@ const (
 // Op is one command of a batch, on Table. Set is used by set and element
 // ops, Chain by chain ops, Rule (with Chain.Name) by OpAddRule.
 type Op struct {
-	Kind     OpKind
+	Kind     opKind
 	Table    string
 	Set      Set
 	Chain    *Chain
 	Rule     Rule
-	Elements []Element
+	Elements []element
 }
 
-// Batch is an ordered list of commands the kernel applies atomically. It is
+// batch is an ordered list of commands the kernel applies atomically. It is
 // plain data, so planning is tested without a kernel; Text shows it as nft
 // commands.
-type Batch struct {
+type batch struct {
 	Ops []Op
 }
 
-func (b *Batch) add(op Op) { b.Ops = append(b.Ops, op) }
+func (b *batch) add(op Op) { b.Ops = append(b.Ops, op) }
 
 // Len is the number of commands.
-func (b *Batch) Len() int { return len(b.Ops) }
+func (b *batch) Len() int { return len(b.Ops) }
 
 // Text prints the batch as the equivalent nft commands, one per line.
-func (b *Batch) Text() string {
+func (b *batch) Text() string {
 	var s strings.Builder
 	for _, op := range b.Ops {
 		t := "inet " + op.Table
@@ -97,25 +97,25 @@ func (b *Batch) Text() string {
 	return s.String()
 }
 
-// Applied is what the backend last programmed successfully: the input of the
+// applied is what the backend last programmed successfully: the input of the
 // next partial sync's diff. Counts track how many ports use each shared
 // cluster-ips and hairpin element.
-type Applied struct {
+type applied struct {
 	Table      string
 	Shards     int
-	Globals    *Globals
-	Ports      map[core.PortKey]*PortObjects
+	Globals    *globals
+	Ports      map[core.PortKey]*portObjects
 	clusterIPs map[netip.Addr]int
 	hairpin    map[netip.Addr]int
 }
 
-// NewApplied records a fully programmed ruleset.
-func NewApplied(rs *Ruleset) *Applied {
+// newApplied records a fully programmed ruleset.
+func newApplied(rs *ruleset) *applied {
 	eps := 0
 	for _, p := range rs.Ports {
 		eps += len(p.Endpoints)
 	}
-	a := &Applied{Table: rs.Table, Shards: rs.Shards, Globals: rs.Globals, Ports: make(map[core.PortKey]*PortObjects, len(rs.Ports)),
+	a := &applied{Table: rs.Table, Shards: rs.Shards, Globals: rs.Globals, Ports: make(map[core.PortKey]*portObjects, len(rs.Ports)),
 		clusterIPs: make(map[netip.Addr]int, len(rs.Ports)), hairpin: make(map[netip.Addr]int, eps)}
 	for _, p := range rs.Ports {
 		a.Ports[p.Key] = p
@@ -124,7 +124,7 @@ func NewApplied(rs *Ruleset) *Applied {
 	return a
 }
 
-func (a *Applied) count(p *PortObjects, d int) {
+func (a *applied) count(p *portObjects, d int) {
 	if p.ClusterIP.IsValid() {
 		a.clusterIPs[p.ClusterIP] += d
 	}
@@ -137,7 +137,7 @@ func (a *Applied) count(p *PortObjects, d int) {
 // attribute limit.
 const maxElementsPerOp = 200
 
-func (b *Batch) elements(kind OpKind, table string, s Set, es []Element) {
+func (b *batch) elements(kind opKind, table string, s Set, es []element) {
 	for len(es) > 0 {
 		n := min(len(es), maxElementsPerOp)
 		b.add(Op{Kind: kind, Table: table, Set: s, Elements: es[:n]})
@@ -145,27 +145,27 @@ func (b *Batch) elements(kind OpKind, table string, s Set, es []Element) {
 	}
 }
 
-// Inventory is what the kernel holds in one of crossproxy's tables.
-type Inventory struct {
+// inventory is what the kernel holds in one of crossproxy's tables.
+type inventory struct {
 	Chains []string
 	Sets   []string
 }
 
-// PlanFull writes the whole ruleset in one batch. existing maps each of
+// planFull writes the whole ruleset in one batch. existing maps each of
 // crossproxy's tables found in the kernel to its chains and sets; objects
 // crossproxy no longer wants are deleted (whole tables when the number of
 // shards went down), the rest are rewritten in place (affinity sets keep
 // their entries). With recreate, every table is deleted and written anew,
 // which also repairs objects someone changed behind crossproxy's back.
-func PlanFull(rs *Ruleset, existing map[string]Inventory, recreate bool) *Batch {
-	tables := rs.Tables()
+func planFull(rs *ruleset, existing map[string]inventory, recreate bool) *batch {
+	tables := rs.tables()
 	nops := 0
 	for _, t := range tables {
 		for _, c := range t.Chains {
 			nops += 2 + len(c.Rules)
 		}
 	}
-	b := &Batch{Ops: make([]Op, 0, nops+len(rs.Ports)/maxElementsPerOp+64*len(tables))}
+	b := &batch{Ops: make([]Op, 0, nops+len(rs.Ports)/maxElementsPerOp+64*len(tables))}
 	want := map[string]bool{}
 	for _, t := range tables {
 		want[t.Name] = true
@@ -181,12 +181,12 @@ func PlanFull(rs *Ruleset, existing map[string]Inventory, recreate bool) *Batch 
 	return b
 }
 
-func planTable(b *Batch, t *TableContent, inv Inventory, recreate bool) {
+func planTable(b *batch, t *tableContent, inv inventory, recreate bool) {
 	b.add(Op{Kind: OpAddTable, Table: t.Name})
 	if recreate {
 		b.add(Op{Kind: OpDelTable, Table: t.Name})
 		b.add(Op{Kind: OpAddTable, Table: t.Name})
-		inv = Inventory{}
+		inv = inventory{}
 	} else {
 		b.add(Op{Kind: OpFlushTable, Table: t.Name})
 	}
@@ -236,18 +236,18 @@ func planTable(b *Batch, t *TableContent, inv Inventory, recreate bool) {
 	}
 }
 
-// PartialPlan is a partial sync's batch and what Commit records once the
+// partialPlan is a partial sync's batch and what Commit records once the
 // kernel accepted it.
-type PartialPlan struct {
-	Batch   *Batch
-	ports   map[core.PortKey]*PortObjects
+type partialPlan struct {
+	Batch   *batch
+	ports   map[core.PortKey]*portObjects
 	ipDelta map[netip.Addr]int
 	hpDelta map[netip.Addr]int
 }
 
-// Commit records the plan in a (the Applied state it was planned from), after
+// commit records the plan in a (the Applied state it was planned from), after
 // the kernel accepted the batch. It costs O(changes), not O(Services).
-func (p *PartialPlan) Commit(a *Applied) {
+func (p *partialPlan) commit(a *applied) {
 	for k, v := range p.ports {
 		if v == nil {
 			delete(a.Ports, k)
@@ -269,14 +269,14 @@ func commitCounts(m, delta map[netip.Addr]int) {
 	}
 }
 
-// PlanPartial rewrites only the given ports: chains that changed are flushed
+// planPartial rewrites only the given ports: chains that changed are flushed
 // and refilled, new ones added, gone ones deleted; map elements and shared set
 // elements are added and deleted one by one. ports maps each changed key to its
 // new objects (built with prev.Shards), or to nil when the port is gone. prev
 // is not modified; the caller commits the plan into it once the kernel took
 // the batch.
-func PlanPartial(prev *Applied, ports map[core.PortKey]*PortObjects) *PartialPlan {
-	b := &Batch{}
+func planPartial(prev *applied, ports map[core.PortKey]*portObjects) *partialPlan {
+	b := &batch{}
 	keys := make([]core.PortKey, 0, len(ports))
 	for k := range ports {
 		keys = append(keys, k)
@@ -296,16 +296,16 @@ func PlanPartial(prev *Applied, ports map[core.PortKey]*PortObjects) *PartialPla
 		table string
 		fam   v1.IPFamily
 	}
-	type mapElems struct{ add, del []Element }
+	type mapElems struct{ add, del []element }
 	fe := map[mapKey]*mapElems{}
 	ipDelta, hpDelta := map[netip.Addr]int{}, map[netip.Addr]int{}
 	var chainOrder []string
 	for _, k := range keys {
 		old, nu := prev.Ports[k], ports[k]
-		oldFE := map[string]Element{}
+		oldFE := map[string]element{}
 		var oldMap mapKey
 		if old != nil {
-			t := ShardTable(prev.Table, old.Shard)
+			t := shardTable(prev.Table, old.Shard)
 			oldMap = mapKey{t, k.Family}
 			for _, c := range old.Chains {
 				oldChains[c.Name] = located{table: t, chain: c}
@@ -324,7 +324,7 @@ func PlanPartial(prev *Applied, ports map[core.PortKey]*PortObjects) *PartialPla
 			}
 		}
 		if nu != nil {
-			t := ShardTable(prev.Table, nu.Shard)
+			t := shardTable(prev.Table, nu.Shard)
 			m := mapKey{t, k.Family}
 			if fe[m] == nil {
 				fe[m] = &mapElems{}
@@ -429,12 +429,12 @@ func PlanPartial(prev *Applied, ports map[core.PortKey]*PortObjects) *PartialPla
 			b.add(Op{Kind: OpDelSet, Table: oldSets[n].table, Set: oldSets[n].set})
 		}
 	}
-	return &PartialPlan{Batch: b, ports: ports, ipDelta: ipDelta, hpDelta: hpDelta}
+	return &partialPlan{Batch: b, ports: ports, ipDelta: ipDelta, hpDelta: hpDelta}
 }
 
-func elemKey(e Element) string { return fmt.Sprintf("%s/%s/%d", e.Addr, e.Proto, e.Port) }
+func elemKey(e element) string { return fmt.Sprintf("%s/%s/%d", e.Addr, e.Proto, e.Port) }
 
-func sortElems(es []Element) {
+func sortElems(es []element) {
 	sort.Slice(es, func(i, j int) bool { return elemKey(es[i]) < elemKey(es[j]) })
 }
 
@@ -449,9 +449,9 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // countElements adds the elements whose count goes from 0 to positive and
 // deletes those that drop to 0.
-func countElements(b *Batch, table string, prev, delta map[netip.Addr]int, setName func(v1.IPFamily) string, pair bool) {
-	add := map[v1.IPFamily][]Element{}
-	del := map[v1.IPFamily][]Element{}
+func countElements(b *batch, table string, prev, delta map[netip.Addr]int, setName func(v1.IPFamily) string, pair bool) {
+	add := map[v1.IPFamily][]element{}
+	del := map[v1.IPFamily][]element{}
 	addrs := make([]netip.Addr, 0, len(delta))
 	for a, d := range delta {
 		if d != 0 {
@@ -469,7 +469,7 @@ func countElements(b *Batch, table string, prev, delta map[netip.Addr]int, setNa
 		if a.Is6() {
 			f = v1.IPv6Protocol
 		}
-		e := Element{Addr: a}
+		e := element{Addr: a}
 		if pair {
 			e.Addr2 = a
 		}

@@ -16,7 +16,7 @@ func TestPlanFullGolden(t *testing.T) {
 		}
 	}
 	// A stale chain and set from an earlier state, and the kept affinity set.
-	b := PlanFull(rs, map[string]Inventory{
+	b := planFull(rs, map[string]inventory{
 		"crossproxy":   {Chains: []string{"nat-prerouting"}, Sets: []string{"cluster-ips-v4"}},
 		"crossproxy-0": {Chains: []string{"svc-OLD-default/gone/tcp/p80", "nat-prerouting"}, Sets: []string{"frontends-v4", "aff-OLD", aff}},
 		"crossproxy-7": {}, // a shard from a time with more Services
@@ -31,7 +31,7 @@ func TestPlanFullGolden(t *testing.T) {
 }
 
 func TestPlanFullRecreate(t *testing.T) {
-	b := PlanFull(Build(testState(), Config{}), map[string]Inventory{"crossproxy": {Chains: []string{"x"}, Sets: []string{"y"}}}, true)
+	b := planFull(Build(testState(), Config{}), map[string]inventory{"crossproxy": {Chains: []string{"x"}, Sets: []string{"y"}}}, true)
 	if !strings.HasPrefix(b.Text(), "add table inet crossproxy\ndelete table inet crossproxy\nadd table inet crossproxy\n") {
 		t.Errorf("recreate must start by replacing the table:\n%s", b.Text()[:200])
 	}
@@ -47,7 +47,7 @@ func TestPlanPartial(t *testing.T) {
 	cfg := Config{}
 	rs := Build(st, cfg)
 	cfg.Shards = rs.Shards
-	prev := NewApplied(rs)
+	prev := newApplied(rs)
 
 	web := key("default", "web", "http", "TCP", "IPv4")
 	p := *st.Ports[web]
@@ -58,12 +58,12 @@ func TestPlanPartial(t *testing.T) {
 	np.Key = added
 	np.ClusterIP = p.ClusterIP // shares the ClusterIP of web: no new cluster-ips element
 	np.Frontends = []core.Frontend{fe(core.FrontendClusterIP, "10.96.0.10", 81)}
-	changes := map[core.PortKey]*PortObjects{
-		web:   BuildPort(&p, st.LocalDetect["IPv4"], cfg),
+	changes := map[core.PortKey]*portObjects{
+		web:   buildPort(&p, st.LocalDetect["IPv4"], cfg),
 		gone:  nil,
-		added: BuildPort(&np, st.LocalDetect["IPv4"], cfg),
+		added: buildPort(&np, st.LocalDetect["IPv4"], cfg),
 	}
-	plan := PlanPartial(prev, changes)
+	plan := planPartial(prev, changes)
 	golden(t, "plan-partial.txt", plan.Batch.Text())
 	text := plan.Batch.Text()
 	for _, untouched := range []string{"shop/lb", "default/empty"} {
@@ -71,7 +71,7 @@ func TestPlanPartial(t *testing.T) {
 			t.Errorf("partial plan touches %s:\n%s", untouched, text)
 		}
 	}
-	plan.Commit(prev)
+	plan.commit(prev)
 	if prev.Ports[gone] != nil || prev.Ports[added] == nil || prev.clusterIPs[p.ClusterIP] != 2 {
 		t.Errorf("commit did not record the plan: %+v", prev.clusterIPs)
 	}
@@ -79,7 +79,7 @@ func TestPlanPartial(t *testing.T) {
 		t.Error("endpoint of the removed port still counted")
 	}
 	// Nothing changed: an empty batch.
-	again := PlanPartial(prev, map[core.PortKey]*PortObjects{web: changes[web]})
+	again := planPartial(prev, map[core.PortKey]*portObjects{web: changes[web]})
 	if again.Batch.Len() != 0 {
 		t.Errorf("unchanged port produced commands:\n%s", again.Batch.Text())
 	}

@@ -92,7 +92,7 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 func (b *Backend) readFrontend(r *ruleReader, f v1.IPFamily, e nftables.SetElement, svc types.NamespacedName,
 	out *platform.ProgrammedService, fronts map[frontendKey]bool) error {
 	target := verdictChain(e)
-	kind, name, ok := ParsePortChain(target)
+	kind, name, ok := parsePortChain(target)
 	if !ok || name != svc.String() {
 		return nil
 	}
@@ -201,7 +201,7 @@ func (r *ruleReader) resolve(chain string, depth int) ([]netip.AddrPort, core.Ve
 	if err != nil {
 		return nil, core.VerdictNone, err
 	}
-	kind, _, _ := ParsePortChain(chain)
+	kind, _, _ := parsePortChain(chain)
 	var eps []netip.AddrPort
 	seen := map[netip.AddrPort]bool{}
 	for _, rule := range rules {

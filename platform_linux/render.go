@@ -9,31 +9,31 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// TableContent is everything one table of the ruleset holds.
-type TableContent struct {
+// tableContent is everything one table of the ruleset holds.
+type tableContent struct {
 	Name     string
 	Chains   []*Chain
 	Sets     []Set
-	Elements map[string][]Element
+	Elements map[string][]element
 }
 
-// Tables lists the main table and then every shard, with their content: the
+// tables lists the main table and then every shard, with their content: the
 // main table's shared sets hold every ClusterIP and every endpoint address
 // (as a hairpin pair), each shard's frontend maps hold its ports' frontends.
-func (rs *Ruleset) Tables() []*TableContent {
-	main := &TableContent{Name: rs.Table, Chains: append([]*Chain(nil), rs.Globals.Chains...),
-		Sets: append([]Set(nil), rs.Globals.Sets...), Elements: map[string][]Element{}}
-	shards := make([]*TableContent, rs.Shards)
+func (rs *ruleset) tables() []*tableContent {
+	main := &tableContent{Name: rs.Table, Chains: append([]*Chain(nil), rs.Globals.Chains...),
+		Sets: append([]Set(nil), rs.Globals.Sets...), Elements: map[string][]element{}}
+	shards := make([]*tableContent, rs.Shards)
 	for i := range shards {
-		shards[i] = &TableContent{Name: ShardTable(rs.Table, i), Chains: append([]*Chain(nil), rs.Globals.ShardChains...),
-			Sets: append([]Set(nil), rs.Globals.ShardSets...), Elements: map[string][]Element{}}
+		shards[i] = &tableContent{Name: shardTable(rs.Table, i), Chains: append([]*Chain(nil), rs.Globals.ShardChains...),
+			Sets: append([]Set(nil), rs.Globals.ShardSets...), Elements: map[string][]element{}}
 	}
 	// The shared sets (ClusterIPs, hairpin pairs) hold each address once. At
 	// 100,000 endpoints these are the largest transient of a full sync, so
 	// they are counted first and sized once.
 	type shared struct {
 		seen  map[netip.Addr]struct{}
-		elems []Element
+		elems []element
 	}
 	var clusterIPs, hairpins [2]shared // by family: IPv4, IPv6
 	fi := func(f v1.IPFamily) int {
@@ -48,8 +48,8 @@ func (rs *Ruleset) Tables() []*TableContent {
 		nEPs[fi(p.Key.Family)] += len(p.Endpoints)
 	}
 	for i := range clusterIPs {
-		clusterIPs[i] = shared{seen: make(map[netip.Addr]struct{}, nIPs[i]), elems: make([]Element, 0, nIPs[i])}
-		hairpins[i] = shared{seen: make(map[netip.Addr]struct{}, nEPs[i]), elems: make([]Element, 0, nEPs[i])}
+		clusterIPs[i] = shared{seen: make(map[netip.Addr]struct{}, nIPs[i]), elems: make([]element, 0, nIPs[i])}
+		hairpins[i] = shared{seen: make(map[netip.Addr]struct{}, nEPs[i]), elems: make([]element, 0, nEPs[i])}
 	}
 	add := func(s *shared, a netip.Addr, pair bool) {
 		if !a.IsValid() {
@@ -59,7 +59,7 @@ func (rs *Ruleset) Tables() []*TableContent {
 			return
 		}
 		s.seen[a] = struct{}{}
-		e := Element{Addr: a}
+		e := element{Addr: a}
 		if pair {
 			e.Addr2 = a
 		}
@@ -84,7 +84,7 @@ func (rs *Ruleset) Tables() []*TableContent {
 			main.Elements[hairpinSet(f)] = hairpins[i].elems
 		}
 	}
-	return append([]*TableContent{main}, shards...)
+	return append([]*tableContent{main}, shards...)
 }
 
 func (s Set) nftType() string {
@@ -101,7 +101,7 @@ func (s Set) nftType() string {
 	return a
 }
 
-func (e Element) nft(kind SetKind) string {
+func (e element) nft(kind setKind) string {
 	switch kind {
 	case SetFrontends:
 		s := fmt.Sprintf("%s . %s . %d", e.Addr, protoName(e.Proto), e.Port)
@@ -117,12 +117,12 @@ func (e Element) nft(kind SetKind) string {
 
 // Text prints the ruleset in nft syntax, in a stable order: what
 // `crossproxy render --platform linux` shows and `nft -f` accepts.
-func (rs *Ruleset) Text() string {
+func (rs *ruleset) Text() string {
 	var b strings.Builder
 	for _, s := range rs.Skipped {
 		fmt.Fprintf(&b, "# not programmed: %s: %s\n", s.Key, s.Reason)
 	}
-	for i, t := range rs.Tables() {
+	for i, t := range rs.tables() {
 		if i > 0 {
 			b.WriteString("\n")
 		}
@@ -131,7 +131,7 @@ func (rs *Ruleset) Text() string {
 	return b.String()
 }
 
-func (t *TableContent) text(b *strings.Builder) {
+func (t *tableContent) text(b *strings.Builder) {
 	fmt.Fprintf(b, "table inet %s {\n", t.Name)
 	sets := append([]Set(nil), t.Sets...)
 	sort.SliceStable(sets, func(i, j int) bool { return sets[i].Name < sets[j].Name })

@@ -7,15 +7,15 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// Sysctl reads and writes kernel parameters by their dotted name
+// sysctl reads and writes kernel parameters by their dotted name
 // (net.ipv4.ip_forward). It is an interface so tests can fake the kernel.
-type Sysctl interface {
+type sysctl interface {
 	Get(name string) (string, error)
 	Set(name, value string) error
 }
 
-// SysctlResult is what EnsureSysctls found and did for one parameter.
-type SysctlResult struct {
+// sysctlResult is what EnsureSysctls found and did for one parameter.
+type sysctlResult struct {
 	Name   string
 	Want   string
 	Was    string
@@ -24,7 +24,7 @@ type SysctlResult struct {
 	Reason string
 }
 
-func (r SysctlResult) String() string {
+func (r sysctlResult) String() string {
 	switch {
 	case r.Err != nil:
 		return fmt.Sprintf("%s is %q, needs %s (%s): %v", r.Name, r.Was, r.Want, r.Reason, r.Err)
@@ -34,25 +34,25 @@ func (r SysctlResult) String() string {
 	return fmt.Sprintf("%s=%s (%s)", r.Name, r.Was, r.Reason)
 }
 
-// RequiredSysctls lists the parameters the rules depend on, with why.
-func RequiredSysctls(families []v1.IPFamily, localhostNodePorts bool) []SysctlResult {
-	var out []SysctlResult
+// requiredSysctls lists the parameters the rules depend on, with why.
+func requiredSysctls(families []v1.IPFamily, localhostNodePorts bool) []sysctlResult {
+	var out []sysctlResult
 	for _, f := range families {
 		if f == v1.IPv6Protocol {
-			out = append(out, SysctlResult{Name: "net.ipv6.conf.all.forwarding", Want: "1", Reason: "forward DNATed IPv6 connections to endpoints"})
+			out = append(out, sysctlResult{Name: "net.ipv6.conf.all.forwarding", Want: "1", Reason: "forward DNATed IPv6 connections to endpoints"})
 		} else {
-			out = append(out, SysctlResult{Name: "net.ipv4.ip_forward", Want: "1", Reason: "forward DNATed IPv4 connections to endpoints"})
+			out = append(out, sysctlResult{Name: "net.ipv4.ip_forward", Want: "1", Reason: "forward DNATed IPv4 connections to endpoints"})
 		}
 	}
 	if localhostNodePorts {
-		out = append(out, SysctlResult{Name: "net.ipv4.conf.all.route_localnet", Want: "1", Reason: "NodePorts on 127.0.0.1"})
+		out = append(out, sysctlResult{Name: "net.ipv4.conf.all.route_localnet", Want: "1", Reason: "NodePorts on 127.0.0.1"})
 	}
 	return out
 }
 
-// EnsureSysctls checks each required parameter and sets the ones that differ.
-func EnsureSysctls(s Sysctl, families []v1.IPFamily, localhostNodePorts bool) []SysctlResult {
-	res := RequiredSysctls(families, localhostNodePorts)
+// ensureSysctls checks each required parameter and sets the ones that differ.
+func ensureSysctls(s sysctl, families []v1.IPFamily, localhostNodePorts bool) []sysctlResult {
+	res := requiredSysctls(families, localhostNodePorts)
 	for i := range res {
 		r := &res[i]
 		v, err := s.Get(r.Name)

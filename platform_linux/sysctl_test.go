@@ -24,7 +24,7 @@ func (f *fakeSysctl) Set(n, v string) error {
 func TestEnsureSysctls(t *testing.T) {
 	f := &fakeSysctl{vals: map[string]string{"net.ipv4.ip_forward": "0", "net.ipv6.conf.all.forwarding": "1",
 		"net.ipv4.conf.all.route_localnet": "0"}, failOn: "net.ipv4.conf.all.route_localnet"}
-	res := EnsureSysctls(f, []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}, true)
+	res := ensureSysctls(f, []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}, true)
 	if len(res) != 3 {
 		t.Fatalf("want 3 results, got %v", res)
 	}
