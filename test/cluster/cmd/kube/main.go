@@ -43,7 +43,7 @@ func main() {
 	if name == "kubectl" {
 		// Verbosity before the command is built, as upstream does, so
 		// plugin and kuberc handling log at the requested level.
-		_ = logs.GlogSetter(kubectl.GetLogVerbosity(os.Args))
+		_, _ = logs.GlogSetter(kubectl.GetLogVerbosity(os.Args))
 		if err := cli.RunNoErrOutput(kubectl.NewDefaultKubectlCommand()); err != nil {
 			kubectlutil.CheckErr(err)
 		}
