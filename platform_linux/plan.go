@@ -276,30 +276,54 @@ func commitCounts(m, delta map[netip.Addr]int) {
 // is not modified; the caller commits the plan into it once the kernel took
 // the batch.
 func planPartial(prev *applied, ports map[core.PortKey]*portObjects) *partialPlan {
+	d := diffPorts(prev, ports)
 	b := &batch{}
+	d.emit(b, prev)
+	return &partialPlan{Batch: b, ports: ports, ipDelta: d.ipDelta, hpDelta: d.hpDelta}
+}
+
+// located is a chain or set with the shard table it lives in. Chains and sets
+// are named uniquely per port, so a name identifies them.
+type located struct {
+	table string
+	chain *Chain
+	set   Set
+}
+
+// mapKey names one frontend verdict map: a shard table's map of one family.
+type mapKey struct {
+	table string
+	fam   v1.IPFamily
+}
+
+// mapElems are the frontend elements to delete from and add to one map.
+type mapElems struct{ add, del []element }
+
+// portsDiff is what changes between the applied ports and their new objects:
+// chains and sets before and after, frontend elements per map, and how the
+// use counts of the shared sets move.
+type portsDiff struct {
+	oldChains, newChains map[string]located
+	oldSets, newSets     map[string]located
+	fe                   map[mapKey]*mapElems
+	ipDelta, hpDelta     map[netip.Addr]int
+	chainOrder           []string // new chains in port order, for a stable batch
+}
+
+// diffPorts compares the changed ports (nil: the port is gone) with what
+// prev has applied for them.
+func diffPorts(prev *applied, ports map[core.PortKey]*portObjects) *portsDiff {
 	keys := make([]core.PortKey, 0, len(ports))
 	for k := range ports {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, core.PortKey.Compare)
-
-	// Chains and sets are named uniquely per port, so a name identifies them;
-	// tables remembers which shard table each lives in.
-	type located struct {
-		table string
-		chain *Chain
-		set   Set
+	d := &portsDiff{
+		oldChains: map[string]located{}, newChains: map[string]located{},
+		oldSets: map[string]located{}, newSets: map[string]located{},
+		fe:      map[mapKey]*mapElems{},
+		ipDelta: map[netip.Addr]int{}, hpDelta: map[netip.Addr]int{},
 	}
-	oldChains, newChains := map[string]located{}, map[string]located{}
-	oldSets, newSets := map[string]located{}, map[string]located{}
-	type mapKey struct {
-		table string
-		fam   v1.IPFamily
-	}
-	type mapElems struct{ add, del []element }
-	fe := map[mapKey]*mapElems{}
-	ipDelta, hpDelta := map[netip.Addr]int{}, map[netip.Addr]int{}
-	var chainOrder []string
 	for _, k := range keys {
 		old, nu := prev.Ports[k], ports[k]
 		oldFE := map[string]element{}
@@ -308,74 +332,83 @@ func planPartial(prev *applied, ports map[core.PortKey]*portObjects) *partialPla
 			t := shardTable(prev.Table, old.Shard)
 			oldMap = mapKey{t, k.Family}
 			for _, c := range old.Chains {
-				oldChains[c.Name] = located{table: t, chain: c}
+				d.oldChains[c.Name] = located{table: t, chain: c}
 			}
 			for _, s := range old.AffinitySets {
-				oldSets[s.Name] = located{table: t, set: s}
+				d.oldSets[s.Name] = located{table: t, set: s}
 			}
 			for _, e := range old.Frontends {
 				oldFE[elemKey(e)] = e
 			}
 			if old.ClusterIP.IsValid() {
-				ipDelta[old.ClusterIP]--
+				d.ipDelta[old.ClusterIP]--
 			}
 			for _, a := range old.Endpoints {
-				hpDelta[a]--
+				d.hpDelta[a]--
 			}
 		}
 		if nu != nil {
 			t := shardTable(prev.Table, nu.Shard)
 			m := mapKey{t, k.Family}
-			if fe[m] == nil {
-				fe[m] = &mapElems{}
-			}
 			for _, c := range nu.Chains {
-				newChains[c.Name] = located{table: t, chain: c}
-				chainOrder = append(chainOrder, c.Name)
+				d.newChains[c.Name] = located{table: t, chain: c}
+				d.chainOrder = append(d.chainOrder, c.Name)
 			}
 			for _, s := range nu.AffinitySets {
-				newSets[s.Name] = located{table: t, set: s}
+				d.newSets[s.Name] = located{table: t, set: s}
 			}
+			elems := d.elems(m)
 			for _, e := range nu.Frontends {
 				o, ok := oldFE[elemKey(e)]
 				if ok && o == e && oldMap == m {
 					delete(oldFE, elemKey(e))
 					continue
 				}
-				fe[m].add = append(fe[m].add, e)
+				elems.add = append(elems.add, e)
 			}
 			if nu.ClusterIP.IsValid() {
-				ipDelta[nu.ClusterIP]++
+				d.ipDelta[nu.ClusterIP]++
 			}
 			for _, a := range nu.Endpoints {
-				hpDelta[a]++
+				d.hpDelta[a]++
 			}
 		}
 		if len(oldFE) > 0 {
-			if fe[oldMap] == nil {
-				fe[oldMap] = &mapElems{}
-			}
+			elems := d.elems(oldMap)
 			for _, e := range oldFE {
-				fe[oldMap].del = append(fe[oldMap].del, e)
+				elems.del = append(elems.del, e)
 			}
 		}
 	}
+	return d
+}
 
+// elems returns map m's element changes, making them on first use.
+func (d *portsDiff) elems(m mapKey) *mapElems {
+	if d.fe[m] == nil {
+		d.fe[m] = &mapElems{}
+	}
+	return d.fe[m]
+}
+
+// emit writes the diff into b in the order the kernel needs: what is
+// referred to exists before what refers to it, and goes after it.
+func (d *portsDiff) emit(b *batch, prev *applied) {
 	// 1. new sets and chains exist before anything refers to them.
-	for _, n := range sortedKeys(newSets) {
-		if _, ok := oldSets[n]; !ok {
-			b.add(Op{Kind: OpAddSet, Table: newSets[n].table, Set: newSets[n].set})
+	for _, n := range sortedKeys(d.newSets) {
+		if _, ok := d.oldSets[n]; !ok {
+			b.add(Op{Kind: OpAddSet, Table: d.newSets[n].table, Set: d.newSets[n].set})
 		}
 	}
-	for _, n := range chainOrder {
-		if _, ok := oldChains[n]; !ok {
-			b.add(Op{Kind: OpAddChain, Table: newChains[n].table, Chain: newChains[n].chain})
+	for _, n := range d.chainOrder {
+		if _, ok := d.oldChains[n]; !ok {
+			b.add(Op{Kind: OpAddChain, Table: d.newChains[n].table, Chain: d.newChains[n].chain})
 		}
 	}
 	// 2. changed chains are flushed and refilled, new ones filled.
-	for _, n := range chainOrder {
-		c := newChains[n]
-		if o, ok := oldChains[n]; ok {
+	for _, n := range d.chainOrder {
+		c := d.newChains[n]
+		if o, ok := d.oldChains[n]; ok {
 			if rulesEqual(o.chain.Rules, c.chain.Rules) {
 				continue
 			}
@@ -387,8 +420,8 @@ func planPartial(prev *applied, ports map[core.PortKey]*portObjects) *partialPla
 	}
 	// 3. frontend map elements: deletions first, so a frontend that moved to
 	// another chain is deleted and added again.
-	maps := make([]mapKey, 0, len(fe))
-	for m := range fe {
+	maps := make([]mapKey, 0, len(d.fe))
+	for m := range d.fe {
 		maps = append(maps, m)
 	}
 	sort.Slice(maps, func(i, j int) bool {
@@ -399,37 +432,36 @@ func planPartial(prev *applied, ports map[core.PortKey]*portObjects) *partialPla
 	})
 	for _, m := range maps {
 		s := Set{Name: frontendMap(m.fam), Family: m.fam, Kind: SetFrontends}
-		sortElems(fe[m].del)
-		b.elements(OpDelElements, m.table, s, fe[m].del)
+		sortElems(d.fe[m].del)
+		b.elements(OpDelElements, m.table, s, d.fe[m].del)
 	}
 	for _, m := range maps {
 		s := Set{Name: frontendMap(m.fam), Family: m.fam, Kind: SetFrontends}
-		sortElems(fe[m].add)
-		b.elements(OpAddElements, m.table, s, fe[m].add)
+		sortElems(d.fe[m].add)
+		b.elements(OpAddElements, m.table, s, d.fe[m].add)
 	}
 	// 4. shared sets: an element exists while at least one port uses it.
-	countElements(b, prev.Table, prev.clusterIPs, ipDelta, clusterIPSet, false)
-	countElements(b, prev.Table, prev.hairpin, hpDelta, hairpinSet, true)
+	countElements(b, prev.Table, prev.clusterIPs, d.ipDelta, clusterIPSet, false)
+	countElements(b, prev.Table, prev.hairpin, d.hpDelta, hairpinSet, true)
 	// 5. chains and sets no port uses any more.
 	var dying []string
-	for n := range oldChains {
-		if _, ok := newChains[n]; !ok {
+	for n := range d.oldChains {
+		if _, ok := d.newChains[n]; !ok {
 			dying = append(dying, n)
 		}
 	}
 	sort.Strings(dying)
 	for _, n := range dying {
-		b.add(Op{Kind: OpFlushChain, Table: oldChains[n].table, Chain: oldChains[n].chain})
+		b.add(Op{Kind: OpFlushChain, Table: d.oldChains[n].table, Chain: d.oldChains[n].chain})
 	}
 	for _, n := range dying {
-		b.add(Op{Kind: OpDelChain, Table: oldChains[n].table, Chain: oldChains[n].chain})
+		b.add(Op{Kind: OpDelChain, Table: d.oldChains[n].table, Chain: d.oldChains[n].chain})
 	}
-	for _, n := range sortedKeys(oldSets) {
-		if _, ok := newSets[n]; !ok {
-			b.add(Op{Kind: OpDelSet, Table: oldSets[n].table, Set: oldSets[n].set})
+	for _, n := range sortedKeys(d.oldSets) {
+		if _, ok := d.newSets[n]; !ok {
+			b.add(Op{Kind: OpDelSet, Table: d.oldSets[n].table, Set: d.oldSets[n].set})
 		}
 	}
-	return &partialPlan{Batch: b, ports: ports, ipDelta: ipDelta, hpDelta: hpDelta}
 }
 
 func elemKey(e element) string { return fmt.Sprintf("%s/%s/%d", e.Addr, e.Proto, e.Port) }
