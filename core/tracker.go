@@ -308,24 +308,61 @@ func (t *Tracker) snapshot(track bool) (*NodeState, Changes) {
 		}
 		t.envDirty, t.listsDirty = false, true
 	}
-	// A returned NodeState is never modified, so the first change copies
-	// the previous Ports map (about 1 ms at 10,000 ports, on a loop limited
-	// to one sync a second; test/results/core.md) and an unchanged state
-	// shares it.
-	var ports map[PortKey]*ServicePort
-	owned := false // ports may be written: it is not shared with a returned NodeState
+	w := &portsWriter{track: track, ch: &ch}
 	if t.state != nil {
-		ports = t.state.Ports
+		w.ports = t.state.Ports
 	} else {
-		ports, owned = make(map[PortKey]*ServicePort, len(t.dirty)), true
+		w.ports, w.owned = make(map[PortKey]*ServicePort, len(t.dirty)), true
 	}
-	own := func() {
-		if !owned {
-			ports, owned = maps.Clone(ports), true
+	for k, nr := range t.recompute() {
+		old := t.results[k]
+		if nr != nil {
+			t.claims.publish(nr, k)
+		}
+		w.replace(old, nr)
+		if hasLists(old) || hasLists(nr) {
+			t.listsDirty = true
+		}
+		if hasLists(nr) {
+			t.withLists[k] = struct{}{}
+		} else {
+			delete(t.withLists, k)
+		}
+		if nr == nil {
+			delete(t.results, k)
+		} else {
+			t.results[k] = nr
 		}
 	}
-	// Recompute the dirty Services, then publish them and every Service
-	// that shares a frontend destination with one of them.
+	clear(t.dirty)
+
+	st := &NodeState{
+		Node:              t.env.node,
+		Families:          t.env.families,
+		LocalDetect:       t.env.localDetect,
+		NodePortAddresses: t.env.nodePort,
+		Ports:             w.ports,
+	}
+	if t.state != nil && !t.listsDirty {
+		st.HealthChecks, st.Problems, st.Ignored = t.state.HealthChecks, t.state.Problems, t.state.Ignored
+	} else {
+		st.HealthChecks, st.Problems, st.Ignored = t.buildLists()
+		t.listsDirty = false
+	}
+	slices.SortFunc(ch.StaleUDP, func(a, b StaleEndpoint) int {
+		return cmp.Or(comparePortKey(a.Key, b.Key), a.Endpoint.Compare(b.Endpoint))
+	})
+	slices.SortFunc(ch.ActivatedUDP, func(a, b ActivatedPort) int { return comparePortKey(a.Key, b.Key) })
+	t.state = st
+	t.full, t.svcChanges, t.epChanges, t.triggers = false, 0, 0, nil
+	return st, ch
+}
+
+// recompute computes the dirty Services again and moves their frontend
+// claims. It returns the new result of every Service to publish (nil: the
+// Service is gone): the dirty ones and every Service that shares a frontend
+// destination with one of them, whose claim may have changed hands.
+func (t *Tracker) recompute() map[types.NamespacedName]*serviceResult {
 	fresh := make(map[types.NamespacedName]*serviceResult, len(t.dirty))
 	affected := map[types.NamespacedName]struct{}{}
 	for k := range t.dirty {
@@ -350,81 +387,64 @@ func (t *Tracker) snapshot(track bool) (*NodeState, Changes) {
 			fresh[k] = &again
 		}
 	}
-	for k, nr := range fresh {
-		old := t.results[k]
-		if nr != nil {
-			t.claims.publish(nr, k)
-		}
-		var oldPorts map[PortKey]*ServicePort
-		if old != nil && len(old.ports) > 0 {
-			oldPorts = make(map[PortKey]*ServicePort, len(old.ports))
-			for _, p := range old.ports {
-				oldPorts[p.Key] = p
-			}
-		}
-		if nr != nil {
-			for i, np := range nr.ports {
-				op := oldPorts[np.Key]
-				delete(oldPorts, np.Key)
-				if op != nil && reflect.DeepEqual(op, np) {
-					nr.ports[i] = op
-					continue
-				}
-				own()
-				ports[np.Key] = np
-				if track {
-					ch.Ports[np.Key] = struct{}{}
-					ch.StaleUDP = append(ch.StaleUDP, staleUDP(op, np)...)
-					if a := activatedUDP(op, np); a != nil {
-						ch.ActivatedUDP = append(ch.ActivatedUDP, *a)
-					}
-				}
-			}
-		}
-		for key, op := range oldPorts {
-			own()
-			delete(ports, key)
-			if track {
-				ch.Ports[key] = struct{}{}
-				ch.StaleUDP = append(ch.StaleUDP, staleUDP(op, nil)...)
-			}
-		}
-		if hasLists(old) || hasLists(nr) {
-			t.listsDirty = true
-		}
-		if hasLists(nr) {
-			t.withLists[k] = struct{}{}
-		} else {
-			delete(t.withLists, k)
-		}
-		if nr == nil {
-			delete(t.results, k)
-		} else {
-			t.results[k] = nr
-		}
-	}
-	clear(t.dirty)
+	return fresh
+}
 
-	st := &NodeState{
-		Node:              t.env.node,
-		Families:          t.env.families,
-		LocalDetect:       t.env.localDetect,
-		NodePortAddresses: t.env.nodePort,
-		Ports:             ports,
+// portsWriter writes one snapshot's Ports map. A returned NodeState is never
+// modified, so the first change copies the previous map (about 1 ms at
+// 10,000 ports, on a loop limited to one sync a second; test/results/core.md)
+// and an unchanged state shares it.
+type portsWriter struct {
+	ports map[PortKey]*ServicePort
+	owned bool // ports may be written: it is not shared with a returned NodeState
+	track bool // record what changed in ch
+	ch    *Changes
+}
+
+func (w *portsWriter) own() {
+	if !w.owned {
+		w.ports, w.owned = maps.Clone(w.ports), true
 	}
-	if t.state != nil && !t.listsDirty {
-		st.HealthChecks, st.Problems, st.Ignored = t.state.HealthChecks, t.state.Problems, t.state.Ignored
-	} else {
-		st.HealthChecks, st.Problems, st.Ignored = t.buildLists()
-		t.listsDirty = false
+}
+
+// replace swaps a Service's ports from its old result to nr (either nil):
+// an unchanged port keeps its old value, so the backends can compare by
+// pointer; a changed or gone one is recorded with its UDP consequences.
+func (w *portsWriter) replace(old, nr *serviceResult) {
+	var oldPorts map[PortKey]*ServicePort
+	if old != nil && len(old.ports) > 0 {
+		oldPorts = make(map[PortKey]*ServicePort, len(old.ports))
+		for _, p := range old.ports {
+			oldPorts[p.Key] = p
+		}
 	}
-	slices.SortFunc(ch.StaleUDP, func(a, b StaleEndpoint) int {
-		return cmp.Or(comparePortKey(a.Key, b.Key), a.Endpoint.Compare(b.Endpoint))
-	})
-	slices.SortFunc(ch.ActivatedUDP, func(a, b ActivatedPort) int { return comparePortKey(a.Key, b.Key) })
-	t.state = st
-	t.full, t.svcChanges, t.epChanges, t.triggers = false, 0, 0, nil
-	return st, ch
+	if nr != nil {
+		for i, np := range nr.ports {
+			op := oldPorts[np.Key]
+			delete(oldPorts, np.Key)
+			if op != nil && reflect.DeepEqual(op, np) {
+				nr.ports[i] = op
+				continue
+			}
+			w.own()
+			w.ports[np.Key] = np
+			if w.track {
+				w.ch.Ports[np.Key] = struct{}{}
+				w.ch.StaleUDP = append(w.ch.StaleUDP, staleUDP(op, np)...)
+				if a := activatedUDP(op, np); a != nil {
+					w.ch.ActivatedUDP = append(w.ch.ActivatedUDP, *a)
+				}
+			}
+		}
+	}
+	for key, op := range oldPorts {
+		w.own()
+		delete(w.ports, key)
+		if w.track {
+			w.ch.Ports[key] = struct{}{}
+			w.ch.StaleUDP = append(w.ch.StaleUDP, staleUDP(op, nil)...)
+		}
+	}
 }
 
 func hasLists(r *serviceResult) bool {
