@@ -5,7 +5,7 @@ TEST_SUITES += test-integration
 
 .PHONY: apiserver test-integration
 
-# apiserver builds kube-apiserver and etcd into test/.cache/bin (cached).
+# apiserver builds kube-apiserver and etcd into ~/.cache/crossproxy/apiserver-bin (cached, outside the clone).
 apiserver:
 	bash test/apiserver/build.sh
 
