@@ -213,6 +213,8 @@ state = "$nr/containerd"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        # runc's state under this node's, not the fixed /run/containerd/runc.
+        Root = "$nr/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$nd/cni"
@@ -352,11 +354,18 @@ shim_sockets() {
 	done
 }
 
+# alive PID: the process exists and is not a zombie. The daemons' parent
+# is gone, and this host's pid 1 reaps them only every few seconds.
+alive() {
+	local st
+	st=$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) && [ "$st" != Z ]
+}
+
 stop_pid() { # PIDFILE: TERM the daemon's session, KILL after 10 s.
 	local pid
 	pid=$(cat "$1" 2>/dev/null) || return 0
 	kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-	for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+	for _ in $(seq 50); do alive "$pid" || break; sleep 0.2; done
 	kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
 	rm -f "$1"
 }
@@ -364,7 +373,7 @@ stop_pid() { # PIDFILE: TERM the daemon's session, KILL after 10 s.
 down() {
 	trap - ERR
 	set +e
-	local n sock socks=() pids
+	local n sock socks=() pids id f
 	for n in "${nodes[@]}"; do stop_pid "$D/pids/kubelet-$n"; done
 	for n in "${nodes[@]}"; do
 		sock="$R/node-$n/containerd.sock"
@@ -389,10 +398,20 @@ down() {
 	for ns in xpc-a xpc-b xpc-cp; do [ -e "/run/netns/$ns" ] && ip netns del "$ns"; done
 	for n in "${nodes[@]}"; do
 		find /sys/fs/cgroup/*/"xpc-$n" -depth -type d -exec rmdir {} \; 2>/dev/null
-		rm -f /var/lib/cni/results/"xpc-$n"-* 2>/dev/null
+		# The CNI cache: the node network's results and, for the same
+		# sandboxes, those of containerd's built-in loopback network.
+		for f in /var/lib/cni/results/"xpc-$n"-*; do
+			[ -e "$f" ] || continue
+			id=${f#/var/lib/cni/results/xpc-$n-}
+			rm -f "$f" "/var/lib/cni/results/cni-loopback-${id%-eth0}-lo"
+		done
 		find /var/log/containers -maxdepth 1 -lname "$D/node-$n/*" -delete 2>/dev/null
 	done
 	for sock in "${socks[@]}"; do rm -f "$sock"; done
+	# containerd 1.6 creates these fixed directories; no other containerd
+	# runs here, so remove them when they are empty (rmdir leaves them else).
+	rmdir /run/containerd/runc/k8s.io /run/containerd/runc /run/containerd/fifo \
+		/run/containerd/s /run/containerd 2>/dev/null
 	rm -rf "$D" "$R"
 	log "down"
 	return 0
