@@ -296,6 +296,13 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 		// Snapshot mounts must go before the directory does.
 		_ = exec.Command("sh", "-c", "grep -o ' "+dir+"[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l").Run()
 		_ = os.RemoveAll(dir)
+		// ctr run and containerd 1.6's shims use these fixed directories;
+		// no other containerd runs here, so remove them once empty
+		// (os.Remove leaves a directory that is not).
+		for _, d := range []string{"/run/containerd/runc/k8s.io", "/run/containerd/runc",
+			"/run/containerd/fifo", "/run/containerd/s", "/run/containerd"} {
+			_ = os.Remove(d)
+		}
 	})
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if c, err := net.Dial("unix", sock); err == nil {
