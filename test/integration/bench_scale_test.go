@@ -7,17 +7,21 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -153,9 +157,10 @@ func moveEndpoint(b *testing.B, client kubernetes.Interface, i, round int) {
 }
 
 // BenchmarkScale populates the apiserver once with XPS_SERVICES Services x 10
-// endpoints and measures crossproxy against it twice: the real binary
-// (scaleMemory) and the same pipeline in this process with a heap breakdown
-// (scaleHeap). -benchtime 1x: one run of each.
+// endpoints and measures crossproxy against it: the real binary (scaleMemory),
+// the same pipeline in this process with a heap breakdown (scaleHeap), and
+// the real binary under a stream of endpoint updates (scaleStream).
+// -benchtime 1x: one run of each; select one with -bench 'Scale/^stream$'.
 func BenchmarkScale(b *testing.B) {
 	runtime.MemProfileRate = 4096
 	n := scaleServices(b)
@@ -164,6 +169,7 @@ func BenchmarkScale(b *testing.B) {
 	for range b.N {
 		b.Run("binary", func(b *testing.B) { e.t = b; scaleMemory(b, e, n) })
 		b.Run("heap", func(b *testing.B) { e.t = b; scaleHeap(b, e, n) })
+		b.Run("stream", func(b *testing.B) { e.t = b; scaleStream(b, e, n) })
 	}
 }
 
@@ -263,6 +269,9 @@ func scaleHeap(b *testing.B, e *env, n int) {
 		}
 		held := heapInuse() - before
 		prof := heapProfile()
+		if path := os.Getenv("XPS_HEAPPROFILE"); path != "" {
+			writeHeapProfile(b, path)
+		}
 		b.ReportMetric(float64(held)/(1<<20), "steady-heap-MiB")
 		b.Logf("%d Services: first full sync %v; heap held after GC %.1f MiB (load %s)", n, r.Duration.Round(time.Millisecond), float64(held)/(1<<20), loadavg())
 		b.Logf("heap breakdown (in use, sampled at 4 KiB):\n%s", prof.minus(base).table())
@@ -271,6 +280,20 @@ func scaleHeap(b *testing.B, e *env, n int) {
 		<-done
 		_ = backend.Cleanup(context.Background())
 		_ = backend.Close()
+	}
+}
+
+// writeHeapProfile writes the heap profile (XPS_HEAPPROFILE=path) for `go
+// tool pprof -sample_index=inuse_space`, to see which functions the owners'
+// bytes come from.
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatalf("heap profile: %v", err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatalf("heap profile: %v", err)
 	}
 }
 
@@ -360,4 +383,162 @@ func (h heapBreakdown) table() string {
 	}
 	fmt.Fprintf(&sb, "| total | %.1f MiB |\n", total/(1<<20))
 	return sb.String()
+}
+
+// Stream parameters of scaleStream: the issue's 50 endpoint updates per
+// second for 60 seconds (XPS_STREAM_RATE and XPS_STREAM_SECONDS change them).
+const (
+	streamRate    = 50
+	streamSeconds = 60
+)
+
+func envInt(tb testing.TB, name string, def int) int {
+	tb.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		tb.Fatalf("%s=%q: want a positive number", name, v)
+	}
+	return n
+}
+
+// scaleStream runs the real binary against the populated apiserver and, once
+// its first full sync is done, writes a stream of EndpointSlice updates at a
+// fixed rate: each moves one Service (a different one each time) from its
+// ten endpoints to one of the lab's real backends. Every update is timed
+// from just before the API write until a connection from the client
+// namespace to the Service's ClusterIP is answered by the new backend: the
+// network programming latency, end to end, with the Service's old endpoints
+// (addresses nobody routes) unreachable until then. It reports p50/p99/max of
+// that latency, the proxy's CPU seconds over the stream, its syncs, and its
+// RSS at the end. The proxy runs with its default --min-sync-period (1s, as
+// kube-proxy's) unless XPK_MIN_SYNC is set.
+func scaleStream(b *testing.B, e *env, n int) {
+	rate := envInt(b, "XPS_STREAM_RATE", streamRate)
+	seconds := envInt(b, "XPS_STREAM_SECONDS", streamSeconds)
+	updates := rate * seconds
+	if updates > n {
+		b.Fatalf("%d updates need as many Services, have %d", updates, n)
+	}
+	cfg := e.api.AdminConfig()
+	cfg.QPS, cfg.Burst = 1000, 1000
+	client := kubernetes.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+
+	// The Services' addresses and their slices as they are now: each update
+	// writes a listed slice once, so it needs no read first.
+	svcs, err := client.CoreV1().Services("bench").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatalf("list services: %v", err)
+	}
+	clusterIP := make(map[string]string, len(svcs.Items))
+	for _, s := range svcs.Items {
+		clusterIP[s.Name] = s.Spec.ClusterIP
+	}
+	sl, err := client.DiscoveryV1().EndpointSlices("bench").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatalf("list endpointslices: %v", err)
+	}
+	byName := make(map[string]int, len(sl.Items))
+	for i, s := range sl.Items {
+		byName[s.Name] = i
+	}
+	stride := n / updates
+	svcs = nil
+
+	minSync := "1s"
+	if v := os.Getenv("XPK_MIN_SYNC"); v != "" {
+		minSync = v
+	}
+	load0 := loadavg()
+	p := e.startProxy("--min-sync-period", minSync, "--sync-period", "30s", "--full-sync-period", "1h", "--log-level", "info")
+	pid := p.cmd.Process.Pid
+	waitMetric(b, e, "kubeproxy_sync_full_proxy_rules_duration_seconds_count", 1, 10*time.Minute)
+	partial0, _ := metric(b, e.mport, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count")
+	cpu0 := procCPU(b, pid)
+	loadStart := loadavg()
+
+	lat := make([]time.Duration, updates)
+	errs := make(chan error, updates)
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	wall0 := time.Now()
+	for k := range updates {
+		<-tick.C
+		name := fmt.Sprintf("svc-%05d", k*stride)
+		idx, ok := byName[name+"-1"]
+		ip := clusterIP[name]
+		if !ok || ip == "" {
+			b.Fatalf("%s: no slice or ClusterIP", name)
+		}
+		want := backendAddrs[k%len(backendAddrs)]
+		s := sl.Items[idx].DeepCopy()
+		ready, node := true, e.node
+		s.Endpoints = []discovery.Endpoint{{Addresses: []string{want}, Conditions: discovery.EndpointConditions{Ready: &ready}, NodeName: &node}}
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			s.Annotations[v1.EndpointsLastChangeTriggerTime] = t0.UTC().Format(time.RFC3339Nano)
+			if _, err := client.DiscoveryV1().EndpointSlices("bench").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+				errs <- fmt.Errorf("update %s: %w", s.Name, err)
+				return
+			}
+			target := net.JoinHostPort(ip, "80")
+			for {
+				got, _ := e.lab.backendOf(target)
+				el := time.Since(t0)
+				if got == want {
+					lat[k] = el
+					return
+				}
+				if el > time.Minute {
+					errs <- fmt.Errorf("%s (%s): backend %s not reached after %v (got %q)", name, target, want, el.Round(time.Millisecond), got)
+					return
+				}
+				// Probe often at first, then at 5% of the time waited so
+				// far: the figure's resolution stays within 5% without
+				// dozens of pending updates flooding the node.
+				time.Sleep(min(max(el/20, 5*time.Millisecond), 25*time.Millisecond))
+			}
+		}()
+	}
+	tick.Stop()
+	writeWall := time.Since(wall0)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	wall := time.Since(wall0)
+	cpu := procCPU(b, pid) - cpu0
+	partial1, _ := metric(b, e.mport, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count")
+	npCount, _ := metric(b, e.mport, "kubeproxy_network_programming_duration_seconds_count")
+	npSum, _ := metric(b, e.mport, "kubeproxy_network_programming_duration_seconds_sum")
+	rss := procStatusKB(b, pid, "VmRSS")
+	hwm := procStatusKB(b, pid, "VmHWM")
+	live, gcs := lastLiveHeapMB(p.logText())
+	p.stop()
+
+	slices.Sort(lat)
+	q := func(f float64) time.Duration { return lat[min(len(lat)-1, int(f*float64(len(lat))))] }
+	b.ReportMetric(q(0.5).Seconds()*1000, "p50-ms")
+	b.ReportMetric(q(0.99).Seconds()*1000, "p99-ms")
+	b.ReportMetric(lat[len(lat)-1].Seconds()*1000, "max-ms")
+	b.ReportMetric(cpu.Seconds(), "proxy-cpu-s")
+	b.ReportMetric(float64(rss)/1024, "rss-end-MiB")
+	b.Logf("%d Services, min-sync-period %s: %d updates at %d/s (written in %v), all seen on the new backend after %v; "+
+		"latency p50 %v p90 %v p99 %v max %v; proxy: %d partial syncs, cpu %v over the stream (%.1f%% of one core), "+
+		"RSS at end %.0f MiB, peak %.0f MiB, live heap after last of %d GCs %.0f MB; own network_programming mean %.3fs over %v; "+
+		"load %s (start) -> %s (stream start) -> %s",
+		n, minSync, updates, rate, writeWall.Round(time.Millisecond), wall.Round(time.Millisecond),
+		q(0.5).Round(time.Millisecond), q(0.9).Round(time.Millisecond), q(0.99).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond),
+		int(partial1-partial0), cpu.Round(10*time.Millisecond), 100*cpu.Seconds()/wall.Seconds(),
+		float64(rss)/1024, float64(hwm)/1024, gcs, live, npSum/max(npCount, 1), npCount, load0, loadStart, loadavg())
 }
