@@ -13,7 +13,7 @@ bin_dir="${CROSSPROXY_CLUSTER_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/crossprox
 mkdir -p "$bin_dir"
 bin_dir="$(cd "$bin_dir" && pwd)"
 cd "$here"
-names=(kubelet kube-controller-manager kube-scheduler kubectl)
+names=(kubelet kube-controller-manager kube-scheduler kube-proxy kubectl)
 
 stamp="$({
 	go version

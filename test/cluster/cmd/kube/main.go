@@ -1,6 +1,6 @@
 // Command kube is the test cluster's Kubernetes components from
 // k8s.io/kubernetes v1.37.2 in one binary, chosen by the name it is run as
-// (build.sh links kubelet, kube-controller-manager, kube-scheduler and kubectl
+// (build.sh links kubelet, kube-controller-manager, kube-scheduler, kube-proxy and kubectl
 // to it) or by its first argument. One binary links once instead of four
 // times, which is most of a warm rebuild on a loaded machine; the packages
 // are the same as in the separate upstream mains.
@@ -23,6 +23,7 @@ import (
 	kubectl "k8s.io/kubectl/pkg/cmd"
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	kcm "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	kubeproxy "k8s.io/kubernetes/cmd/kube-proxy/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
@@ -31,6 +32,9 @@ var commands = map[string]func() *cobra.Command{
 	"kubelet":                 func() *cobra.Command { return kubelet.NewKubeletCommand(context.Background()) },
 	"kube-controller-manager": kcm.NewControllerManagerCommand,
 	"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
+	// kube-proxy is the reference the conformance run compares crossproxy
+	// against, on the same cluster.
+	"kube-proxy": kubeproxy.NewProxyCommand,
 }
 
 func main() {
