@@ -21,6 +21,10 @@ bin/ociimage -ref "$up_ref" -version "$up_version" -archive "$out/crossproxy-nex
 	-image "linux/amd64=$out/crossproxy-next:/usr/local/bin/crossproxy"
 bash installer/render.sh "$up_ref" "$up_ref" "$up_version" "$out/next"
 
+# One cluster at a time on a host (fixed namespaces and paths): wait for
+# any other run (make conformance) holding it.
+exec 9>/tmp/xpc-cluster.lock
+flock 9
 bash "$here/cluster.sh" down >/dev/null 2>&1 || true
 trap 'bash "$here/cluster.sh" down' EXIT
 trap 'exit 143' TERM INT
