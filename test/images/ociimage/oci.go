@@ -35,6 +35,10 @@ type imageSpec struct {
 	OS, Arch, OSVersion string
 	Binary              string // file on the build host
 	Path                string // path inside the image, e.g. /usr/local/bin/crossproxy or crossproxy.exe
+	// Tree is a directory on the build host packed at the image root
+	// around the binary (files, directories, symlinks), for images that need
+	// a userland, such as agnhost's shell and network tools; Linux only.
+	Tree string
 }
 
 // parseImageSpec reads OS/ARCH[/OSVERSION]=BINARY:PATH.
@@ -98,6 +102,7 @@ type manifest struct {
 
 type runConfig struct {
 	Entrypoint []string `json:"Entrypoint"`
+	Cmd        []string `json:"Cmd,omitempty"`
 	Env        []string `json:"Env,omitempty"`
 	WorkingDir string   `json:"WorkingDir,omitempty"`
 }
@@ -124,6 +129,7 @@ type buildOptions struct {
 	Ref     string
 	Created time.Time
 	Version string
+	Cmd     []string // the image's default arguments to the entrypoint
 }
 
 // layout is a built image: its blobs by digest and the index over the
@@ -185,8 +191,13 @@ func build(specs []imageSpec, o buildOptions) (*layout, error) {
 		cfg := imageConfig{Created: created, Architecture: s.Arch, OS: s.OS, OSVersion: s.OSVersion}
 		cfg.RootFS.Type = "layers"
 		cfg.RootFS.DiffIDs = []string{digestOf(raw)}
-		cfg.History = []history{{Created: created, CreatedBy: "ociimage: " + path.Base(s.Binary) + " as " + s.Path}}
+		by := "ociimage: " + path.Base(s.Binary) + " as " + s.Path
+		if s.Tree != "" {
+			by += " in " + filepath.Base(s.Tree)
+		}
+		cfg.History = []history{{Created: created, CreatedBy: by}}
 		cfg.Config.Entrypoint = []string{s.Path}
+		cfg.Config.Cmd = o.Cmd
 		if s.OS == "linux" {
 			cfg.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 		}
@@ -222,38 +233,116 @@ func refTag(ref string) (name, tag string, ok bool) {
 	return ref[:i], ref[i+1:], true
 }
 
-// layerTar is the single layer: the binary at its path with its parent
-// directories. Windows layers keep files under Files/ and registry hives
-// under Hives/ (the layout hcsshim imports); a HostProcess image has no
-// hives, so Hives/ is empty.
+// layerTar is the single layer: the tree if there is one, the binary at its
+// path, and the directories above it that the tree does not have. Windows
+// layers keep files under Files/ and registry hives under Hives/ (the layout
+// hcsshim imports); a HostProcess image has no hives, so Hives/ is empty.
+// Entries are sorted by name so the same inputs give the same bytes.
 func layerTar(s imageSpec, bin []byte, mtime time.Time) ([]byte, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	p := strings.TrimPrefix(s.Path, "/")
-	var dirs []string
-	if s.OS == "windows" {
-		p = "Files/" + p
-		dirs = append(dirs, "Hives/")
-	}
-	for d := path.Dir(p); d != "."; d = path.Dir(d) {
-		dirs = append(dirs, d+"/")
-	}
-	sort.Strings(dirs)
-	for _, d := range dirs {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: 0o755, ModTime: mtime, Format: tar.FormatPAX}); err != nil {
-			return nil, fmt.Errorf("directory %s: %w", d, err)
+	entries := map[string]*tar.Header{}
+	data := map[string][]byte{}
+	if s.Tree != "" {
+		if s.OS != "linux" {
+			return nil, fmt.Errorf("a tree is only supported in Linux images, not %s", s.OS)
+		}
+		if err := readTree(s.Tree, mtime, entries, data); err != nil {
+			return nil, err
 		}
 	}
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: p, Mode: 0o755, Size: int64(len(bin)), ModTime: mtime, Format: tar.FormatPAX}); err != nil {
-		return nil, fmt.Errorf("file %s: %w", p, err)
+	p := strings.TrimPrefix(s.Path, "/")
+	if s.OS == "windows" {
+		p = "Files/" + p
+		entries["Hives/"] = dirHeader("Hives/", 0o755, mtime)
 	}
-	if _, err := tw.Write(bin); err != nil {
-		return nil, fmt.Errorf("file %s: %w", p, err)
+	for _, n := range []string{p, p + "/"} {
+		if _, ok := entries[n]; ok {
+			return nil, fmt.Errorf("the binary's path %s is in the tree already (as %s)", s.Path, n)
+		}
+	}
+	for d := path.Dir(p); d != "."; d = path.Dir(d) {
+		if h, ok := entries[d]; ok {
+			return nil, fmt.Errorf("%s, a directory above the binary, is not a directory in the tree", h.Name)
+		}
+		if _, ok := entries[d+"/"]; !ok {
+			entries[d+"/"] = dirHeader(d+"/", 0o755, mtime)
+		}
+	}
+	entries[p] = &tar.Header{Typeflag: tar.TypeReg, Name: p, Mode: 0o755, Size: int64(len(bin)), ModTime: mtime, Format: tar.FormatPAX}
+	data[p] = bin
+
+	names := make([]string, 0, len(entries))
+	for n := range entries {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, n := range names {
+		if err := tw.WriteHeader(entries[n]); err != nil {
+			return nil, fmt.Errorf("entry %s: %w", n, err)
+		}
+		if b, ok := data[n]; ok {
+			if _, err := tw.Write(b); err != nil {
+				return nil, fmt.Errorf("entry %s: %w", n, err)
+			}
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+func dirHeader(name string, mode int64, mtime time.Time) *tar.Header {
+	return &tar.Header{Typeflag: tar.TypeDir, Name: name, Mode: mode, ModTime: mtime, Format: tar.FormatPAX}
+}
+
+// readTree adds every file, directory and symlink under root to entries
+// (directory names end in /), owned by root, with the given mtime so the
+// host's timestamps do not leak into the digest. Other file types (devices,
+// sockets, fifos) are refused: a container runtime makes its own /dev.
+func readTree(root string, mtime time.Time, entries map[string]*tar.Header, data map[string][]byte) error {
+	return filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("tree: %w", err)
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return fmt.Errorf("tree: %w", err)
+		}
+		if rel == "." {
+			return nil
+		}
+		name := filepath.ToSlash(rel)
+		info, err := d.Info()
+		if err != nil {
+			return fmt.Errorf("tree: %w", err)
+		}
+		mode := int64(info.Mode().Perm())
+		if info.Mode()&os.ModeSticky != 0 {
+			mode |= 0o1000 // /tmp's sticky bit
+		}
+		switch {
+		case d.IsDir():
+			entries[name+"/"] = dirHeader(name+"/", mode, mtime)
+		case d.Type()&os.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return fmt.Errorf("tree: %w", err)
+			}
+			entries[name] = &tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: target, Mode: 0o777, ModTime: mtime, Format: tar.FormatPAX}
+		case d.Type().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return fmt.Errorf("tree: %w", err)
+			}
+			entries[name] = &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(b)), ModTime: mtime, Format: tar.FormatPAX}
+			data[name] = b
+		default:
+			return fmt.Errorf("tree: %s is a %v, not a file, directory or symlink", p, d.Type())
+		}
+		return nil
+	})
 }
 
 // gzipBytes compresses without a name or time in the header, so the digest
