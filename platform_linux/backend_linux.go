@@ -213,7 +213,7 @@ func (b *Backend) syncFull(ctx context.Context, state *core.NodeState) error {
 		b.applied, b.recreate = nil, true
 		return fmt.Errorf("full sync of table inet %s: %w", rs.Table, err)
 	}
-	b.applied, b.recreate = newApplied(rs), false
+	b.applied, b.recreate = newApplied(rs, b.cfg), false
 	b.stats = SyncStats{Full: true, Commands: plan.Len(), Build: built, Encode: b.lastEncode, Kernel: b.lastKernel, Apply: time.Since(start) - built,
 		Skipped: rs.Skipped}
 	b.log.WithFields(logrus.Fields{"ports": len(rs.Ports), "commands": plan.Len(), "took": time.Since(start)}).Debug("full sync")
@@ -225,6 +225,7 @@ func (b *Backend) syncPartial(ctx context.Context, state *core.NodeState, change
 	ports := make(map[core.PortKey]*portObjects, len(changes.Ports))
 	cfg := b.cfg
 	cfg.Shards = b.applied.Shards
+	dets := detects{}
 	var skipped []Skipped
 	for k := range changes.Ports {
 		p := state.Ports[k]
@@ -237,7 +238,7 @@ func (b *Backend) syncPartial(ctx context.Context, state *core.NodeState, change
 			ports[k] = nil
 			continue
 		}
-		ports[k] = buildPort(p, state.LocalDetect[k.Family], cfg)
+		ports[k] = buildPort(p, dets.of(state, k.Family), cfg)
 	}
 	b.logSkipped(skipped)
 	plan := planPartial(b.applied, ports)

@@ -166,8 +166,8 @@ func TestFailedBatchChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := nftIn(t, ns, "list", "ruleset")
-	web := b.applied.Ports[key("default", "web", "http", "TCP", "IPv4")].Chains[0]
-	webPort := b.applied.Ports[key("default", "web", "http", "TCP", "IPv4")]
+	webPort := b.applied.objects(key("default", "web", "http", "TCP", "IPv4"))
+	web := webPort.Chains[0]
 	shard := shardTable("crossproxy", webPort.Shard)
 	bad := &batch{Ops: []Op{
 		{Kind: OpFlushChain, Table: shard, Chain: web},
@@ -318,7 +318,7 @@ func TestPartialSyncMovesFrontendBetweenServices(t *testing.T) {
 	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
 		t.Fatal(err)
 	}
-	if b.applied.Ports[webKey].Shard == b.applied.Ports[lbKey].Shard {
+	if b.applied.objects(webKey).Shard == b.applied.objects(lbKey).Shard {
 		t.Fatalf("want the two Services in different shards for this test")
 	}
 	web, lb := *st.Ports[webKey], *st.Ports[lbKey]
@@ -371,7 +371,8 @@ func TestBatchOverManyChunks(t *testing.T) {
 	bad := &batch{}
 	var last *Chain
 	var lastShard string
-	for _, p := range b.applied.Ports {
+	for k := range b.applied.Ports {
+		p := b.applied.objects(k)
 		shard := shardTable("crossproxy", p.Shard)
 		for _, c := range p.Chains {
 			bad.add(Op{Kind: OpFlushChain, Table: shard, Chain: c})

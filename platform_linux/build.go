@@ -66,6 +66,9 @@ func shardTable(table string, i int) string { return table + "-" + strconv.Itoa(
 // them per port is what lets a partial sync touch only changed Services.
 type portObjects struct {
 	Key core.PortKey
+	// From is what the objects were built from, all the backend keeps of
+	// them once they are programmed (see applied).
+	From appliedPort
 	// Shard is the shard table holding the chains, frontends and affinity
 	// sets; ClusterIP and Endpoints go to the main table's shared sets.
 	Shard        int
@@ -218,15 +221,29 @@ func Build(state *core.NodeState, cfg Config) *ruleset {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, core.PortKey.Compare)
+	dets := detects{}
 	for _, k := range keys {
 		p := state.Ports[k]
 		if why := inexpressible(p); why != "" {
 			rs.Skipped = append(rs.Skipped, Skipped{Key: k, Reason: why})
 			continue
 		}
-		rs.Ports = append(rs.Ports, buildPort(p, state.LocalDetect[k.Family], cfg))
+		rs.Ports = append(rs.Ports, buildPort(p, dets.of(state, k.Family), cfg))
 	}
 	return rs
+}
+
+// detects hands out one copy of each family's local detection per sync, so
+// the ports built in it share the copy their applied record points to.
+type detects map[v1.IPFamily]*core.FamilyLocalDetect
+
+func (d detects) of(state *core.NodeState, f v1.IPFamily) *core.FamilyLocalDetect {
+	if det, ok := d[f]; ok {
+		return det
+	}
+	det := state.LocalDetect[f]
+	d[f] = &det
+	return &det
 }
 
 // buildGlobals computes the chains and sets that are not a port's. The main
@@ -311,11 +328,15 @@ type portBuilder struct {
 // buildPort computes the objects of one Service port; cfg.Shards must be set
 // and Inexpressible(p) must be "". It writes p's addresses as they are: the
 // core guarantees they are valid, unmapped and of the port's family (see
-// core.ServicePort), which the kernel needs to take the batch.
-func buildPort(p *core.ServicePort, det core.FamilyLocalDetect, cfg Config) *portObjects {
+// core.ServicePort), which the kernel needs to take the batch. The result
+// depends only on *p, *detp and cfg, which is what lets the backend keep
+// these three instead of the objects (applied.objects builds them again).
+func buildPort(p *core.ServicePort, detp *core.FamilyLocalDetect, cfg Config) *portObjects {
 	f := p.Key.Family
+	det := *detp
 	hash, shard := portHash(p.Key, cfg.Shards)
-	b := &portBuilder{p: p, det: det, o: &portObjects{Key: p.Key, ClusterIP: p.ClusterIP, Shard: shard}, aff: map[string]bool{}}
+	b := &portBuilder{p: p, det: det, o: &portObjects{Key: p.Key, From: appliedPort{port: p, det: detp}, ClusterIP: p.ClusterIP, Shard: shard},
+		aff: map[string]bool{}}
 	suffix := portChainSuffix(p, hash)
 	name := func(kind string) string { return kind + "-" + suffix }
 	svc := name("svc")

@@ -100,28 +100,55 @@ func (b *batch) Text() string {
 // applied is what the backend last programmed successfully: the input of the
 // next partial sync's diff. Counts track how many ports use each shared
 // cluster-ips and hairpin element.
+//
+// Of each port it keeps only what the objects were built from: the core's
+// ServicePort (shared with the NodeState, which the core never modifies once
+// handed out, so unchanged ports cost nothing here) and the local detection.
+// A partial sync builds the old objects of the ports it changes again
+// (objects), which buildPort does identically; keeping the objects instead
+// cost about 17 MiB at 10,000 Services x 10 endpoints, mostly one DNAT rule
+// per endpoint.
 type applied struct {
-	Table      string
-	Shards     int
-	Globals    *globals
-	Ports      map[core.PortKey]*portObjects
+	Table   string
+	Shards  int
+	Globals *globals
+	Ports   map[core.PortKey]appliedPort
+	// cfg is the configuration the ports were built with (Shards set).
+	cfg        Config
 	clusterIPs map[netip.Addr]int
 	hairpin    map[netip.Addr]int
 }
 
-// newApplied records a fully programmed ruleset.
-func newApplied(rs *ruleset) *applied {
+// appliedPort is what one programmed port was built from.
+type appliedPort struct {
+	port *core.ServicePort
+	det  *core.FamilyLocalDetect
+}
+
+// newApplied records a fully programmed ruleset, built with cfg.
+func newApplied(rs *ruleset, cfg Config) *applied {
 	eps := 0
 	for _, p := range rs.Ports {
 		eps += len(p.Endpoints)
 	}
-	a := &applied{Table: rs.Table, Shards: rs.Shards, Globals: rs.Globals, Ports: make(map[core.PortKey]*portObjects, len(rs.Ports)),
+	cfg.Shards = rs.Shards
+	a := &applied{Table: rs.Table, Shards: rs.Shards, Globals: rs.Globals, Ports: make(map[core.PortKey]appliedPort, len(rs.Ports)), cfg: cfg,
 		clusterIPs: make(map[netip.Addr]int, len(rs.Ports)), hairpin: make(map[netip.Addr]int, eps)}
 	for _, p := range rs.Ports {
-		a.Ports[p.Key] = p
+		a.Ports[p.Key] = p.From
 		a.count(p, 1)
 	}
 	return a
+}
+
+// objects builds the programmed objects of port k again, nil when k is not
+// programmed.
+func (a *applied) objects(k core.PortKey) *portObjects {
+	ap, ok := a.Ports[k]
+	if !ok {
+		return nil
+	}
+	return buildPort(ap.port, ap.det, a.cfg)
 }
 
 func (a *applied) count(p *portObjects, d int) {
@@ -252,7 +279,7 @@ func (p *partialPlan) commit(a *applied) {
 		if v == nil {
 			delete(a.Ports, k)
 		} else {
-			a.Ports[k] = v
+			a.Ports[k] = v.From
 		}
 	}
 	commitCounts(a.clusterIPs, p.ipDelta)
@@ -325,7 +352,7 @@ func diffPorts(prev *applied, ports map[core.PortKey]*portObjects) *portsDiff {
 		ipDelta: map[netip.Addr]int{}, hpDelta: map[netip.Addr]int{},
 	}
 	for _, k := range keys {
-		old, nu := prev.Ports[k], ports[k]
+		old, nu := prev.objects(k), ports[k]
 		oldFE := map[string]element{}
 		var oldMap mapKey
 		if old != nil {

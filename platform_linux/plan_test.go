@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -47,7 +48,7 @@ func TestPlanPartial(t *testing.T) {
 	cfg := Config{}
 	rs := Build(st, cfg)
 	cfg.Shards = rs.Shards
-	prev := newApplied(rs)
+	prev := newApplied(rs, cfg)
 
 	web := key("default", "web", "http", "TCP", "IPv4")
 	p := *st.Ports[web]
@@ -58,10 +59,11 @@ func TestPlanPartial(t *testing.T) {
 	np.Key = added
 	np.ClusterIP = p.ClusterIP // shares the ClusterIP of web: no new cluster-ips element
 	np.Frontends = []core.Frontend{fe(core.FrontendClusterIP, "10.96.0.10", 81)}
+	det := st.LocalDetect["IPv4"]
 	changes := map[core.PortKey]*portObjects{
-		web:   buildPort(&p, st.LocalDetect["IPv4"], cfg),
+		web:   buildPort(&p, &det, cfg),
 		gone:  nil,
-		added: buildPort(&np, st.LocalDetect["IPv4"], cfg),
+		added: buildPort(&np, &det, cfg),
 	}
 	plan := planPartial(prev, changes)
 	golden(t, "plan-partial.txt", plan.Batch.Text())
@@ -72,7 +74,7 @@ func TestPlanPartial(t *testing.T) {
 		}
 	}
 	plan.commit(prev)
-	if prev.Ports[gone] != nil || prev.Ports[added] == nil || prev.clusterIPs[p.ClusterIP] != 2 {
+	if _, ok := prev.Ports[gone]; ok || prev.Ports[added].port != &np || prev.clusterIPs[p.ClusterIP] != 2 {
 		t.Errorf("commit did not record the plan: %+v", prev.clusterIPs)
 	}
 	if prev.hairpin[ep("10.244.1.9", 53, false).Addr] != 0 {
@@ -82,5 +84,28 @@ func TestPlanPartial(t *testing.T) {
 	again := planPartial(prev, map[core.PortKey]*portObjects{web: changes[web]})
 	if again.Batch.Len() != 0 {
 		t.Errorf("unchanged port produced commands:\n%s", again.Batch.Text())
+	}
+}
+
+// TestAppliedBuildsTheSameObjects checks what applied relies on: the objects
+// a partial sync compares against, built again from what applied keeps of a
+// port, are the ones the full sync programmed, for every port of the test
+// state (affinity, Local policies, load balancers, source ranges, no
+// endpoints), also after the state the ports came from is gone.
+func TestAppliedBuildsTheSameObjects(t *testing.T) {
+	cfg := Config{Shards: 3, LocalhostNodePorts: true}
+	rs := Build(testState(), cfg)
+	a := newApplied(rs, cfg)
+	if len(a.Ports) != len(rs.Ports) || len(rs.Ports) < 5 {
+		t.Fatalf("applied %d ports of %d", len(a.Ports), len(rs.Ports))
+	}
+	for _, want := range rs.Ports {
+		got := a.objects(want.Key)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s built again differs:\n got %+v\nwant %+v", want.Key, got, want)
+		}
+	}
+	if a.objects(key("default", "nope", "", "TCP", "IPv4")) != nil {
+		t.Error("a port never programmed has objects")
 	}
 }
