@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -268,15 +270,25 @@ const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 // cached object (the informer's store, the tracker and the debug endpoint
 // share it) costs only what the proxy uses. The core reads of a Service its
 // name, labels, creation time, spec and load-balancer status (events also its
-// UID and resource version); of an EndpointSlice its name, labels, the
+// UID and resource version); of an EndpointSlice its name, the labels
+// kubernetes.io/service-name and service.kubernetes.io/headless, the
 // last-change-trigger-time annotation, address type, ports, and per endpoint
-// the addresses, conditions, node name, zone and hints. Dropped: managed
-// fields; kubectl's last-applied annotation; on slices the owner references,
-// other annotations and each endpoint's targetRef (a pod reference: about 200
-// bytes per endpoint), hostname and deprecated topology. Node names and zones
-// repeat across endpoints, so equal ones share one string, and the readiness
-// flags point at shared values. Cached objects are never modified, so the
-// sharing is safe.
+// the addresses, conditions, node name, zone and hints (explain shows the
+// same). Dropped: managed fields; kubectl's last-applied annotation; on
+// slices the UID, generateName, owner references, other labels and
+// annotations, and each endpoint's targetRef (a pod reference: about 200
+// bytes per endpoint), hostname and deprecated topology.
+//
+// What is kept is stored tightly, because at 10,000 Services the decoded
+// objects are the largest part of the proxy's heap: the protobuf decoder
+// grows a slice's endpoint array by appending (an array of 16 for 10
+// endpoints), so the endpoints move to an array of exactly their number,
+// and their addresses to one array and one string per slice. Values that
+// repeat share one copy: namespaces, node names, zones and port names
+// through a table (one entry per distinct value the cluster has), the
+// readiness flags and the enumerations of the API (protocols, address
+// types, policies, IP families) as the package's own values. Cached objects
+// are never modified, so the sharing is safe.
 type compactor struct {
 	mu      sync.Mutex
 	strings map[string]*string
@@ -284,7 +296,16 @@ type compactor struct {
 
 var (
 	sharedTrue, sharedFalse = true, false
+	sharedProtocols         = []*v1.Protocol{ptrTo(v1.ProtocolTCP), ptrTo(v1.ProtocolUDP), ptrTo(v1.ProtocolSCTP)}
+	sharedInternalPolicies  = []*v1.ServiceInternalTrafficPolicy{ptrTo(v1.ServiceInternalTrafficPolicyCluster), ptrTo(v1.ServiceInternalTrafficPolicyLocal)}
+	sharedFamilyPolicies    = []*v1.IPFamilyPolicy{ptrTo(v1.IPFamilyPolicySingleStack), ptrTo(v1.IPFamilyPolicyPreferDualStack), ptrTo(v1.IPFamilyPolicyRequireDualStack)}
+	sharedFamilies          = [][]v1.IPFamily{{v1.IPv4Protocol}, {v1.IPv6Protocol}, {v1.IPv4Protocol, v1.IPv6Protocol}, {v1.IPv6Protocol, v1.IPv4Protocol}}
+	// sliceLabelsRead are the EndpointSlice labels the proxy reads; the
+	// selector's proxy-name label is kept too, as the API server filtered on it.
+	sliceLabelsRead = []string{discovery.LabelServiceName, core.LabelHeadless, core.LabelServiceProxyName}
 )
+
+func ptrTo[T any](v T) *T { return &v }
 
 func (c *compactor) transform(o any) (any, error) {
 	switch obj := o.(type) {
@@ -293,26 +314,13 @@ func (c *compactor) transform(o any) (any, error) {
 		if _, ok := obj.Annotations[lastApplied]; ok {
 			obj.Annotations = withoutKey(obj.Annotations, lastApplied)
 		}
-	case *discovery.EndpointSlice:
-		obj.ManagedFields, obj.OwnerReferences = nil, nil
-		if len(obj.Annotations) > 0 {
-			if v, ok := obj.Annotations[core.AnnotationTriggerTime]; ok && len(obj.Annotations) == 1 {
-				// already only the one annotation the proxy reads
-			} else if ok {
-				obj.Annotations = map[string]string{core.AnnotationTriggerTime: v}
-			} else {
-				obj.Annotations = nil
-			}
-		}
 		c.mu.Lock()
-		for i := range obj.Endpoints {
-			ep := &obj.Endpoints[i]
-			ep.TargetRef, ep.Hostname, ep.DeprecatedTopology = nil, nil, nil
-			ep.NodeName, ep.Zone = c.intern(ep.NodeName), c.intern(ep.Zone)
-			ep.Conditions.Ready = shareBool(ep.Conditions.Ready)
-			ep.Conditions.Serving = shareBool(ep.Conditions.Serving)
-			ep.Conditions.Terminating = shareBool(ep.Conditions.Terminating)
-		}
+		obj.Namespace = c.internValue(obj.Namespace)
+		c.mu.Unlock()
+		compactServiceSpec(&obj.Spec)
+	case *discovery.EndpointSlice:
+		c.mu.Lock()
+		c.compactSlice(obj)
 		c.mu.Unlock()
 	default:
 		return stripManagedFields(o)
@@ -320,8 +328,126 @@ func (c *compactor) transform(o any) (any, error) {
 	return o, nil
 }
 
+// compactServiceSpec shares the spec's enumerated values with the package's.
+func compactServiceSpec(spec *v1.ServiceSpec) {
+	spec.Type = known(spec.Type, v1.ServiceTypeClusterIP, v1.ServiceTypeNodePort, v1.ServiceTypeLoadBalancer, v1.ServiceTypeExternalName)
+	spec.SessionAffinity = known(spec.SessionAffinity, v1.ServiceAffinityNone, v1.ServiceAffinityClientIP)
+	spec.ExternalTrafficPolicy = known(spec.ExternalTrafficPolicy, v1.ServiceExternalTrafficPolicyCluster, v1.ServiceExternalTrafficPolicyLocal)
+	spec.InternalTrafficPolicy = sharedPtr(spec.InternalTrafficPolicy, sharedInternalPolicies)
+	spec.IPFamilyPolicy = sharedPtr(spec.IPFamilyPolicy, sharedFamilyPolicies)
+	for _, fams := range sharedFamilies {
+		if slices.Equal(spec.IPFamilies, fams) {
+			spec.IPFamilies = fams
+			break
+		}
+	}
+	if len(spec.ClusterIPs) > 0 && spec.ClusterIPs[0] == spec.ClusterIP {
+		spec.ClusterIPs[0] = spec.ClusterIP
+	}
+	for i := range spec.Ports {
+		spec.Ports[i].Protocol = known(spec.Ports[i].Protocol, v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP)
+	}
+}
+
+// compactSlice drops and shares what the comment of compactor says; c.mu is
+// held.
+func (c *compactor) compactSlice(s *discovery.EndpointSlice) {
+	s.ManagedFields, s.OwnerReferences, s.UID, s.GenerateName = nil, nil, "", ""
+	s.Namespace = c.internValue(s.Namespace)
+	if len(s.Annotations) > 0 {
+		if v, ok := s.Annotations[core.AnnotationTriggerTime]; ok && len(s.Annotations) == 1 {
+			// already only the one annotation the proxy reads
+		} else if ok {
+			s.Annotations = map[string]string{core.AnnotationTriggerTime: v}
+		} else {
+			s.Annotations = nil
+		}
+	}
+	if len(s.Labels) > 0 {
+		kept := make(map[string]string, len(sliceLabelsRead))
+		for _, k := range sliceLabelsRead {
+			if v, ok := s.Labels[k]; ok {
+				kept[k] = v // the key is the package's constant
+			}
+		}
+		s.Labels = kept
+	}
+	s.AddressType = known(s.AddressType, discovery.AddressTypeIPv4, discovery.AddressTypeIPv6, discovery.AddressTypeFQDN)
+	s.Ports = exact(s.Ports)
+	for i := range s.Ports {
+		p := &s.Ports[i]
+		p.Name = c.intern(p.Name)
+		p.Protocol = sharedPtr(p.Protocol, sharedProtocols)
+	}
+	s.Endpoints = exact(s.Endpoints)
+	n, size := 0, 0
+	for i := range s.Endpoints {
+		for _, a := range s.Endpoints[i].Addresses {
+			n, size = n+1, size+len(a)
+		}
+	}
+	var text strings.Builder
+	text.Grow(size)
+	for i := range s.Endpoints {
+		for _, a := range s.Endpoints[i].Addresses {
+			text.WriteString(a)
+		}
+	}
+	all, addrs, at := text.String(), make([]string, 0, n), 0
+	for i := range s.Endpoints {
+		ep := &s.Endpoints[i]
+		from := len(addrs)
+		for _, a := range ep.Addresses {
+			addrs = append(addrs, all[at:at+len(a)])
+			at += len(a)
+		}
+		if ep.Addresses != nil {
+			ep.Addresses = addrs[from:len(addrs):len(addrs)]
+		}
+		ep.TargetRef, ep.Hostname, ep.DeprecatedTopology = nil, nil, nil
+		ep.NodeName, ep.Zone = c.intern(ep.NodeName), c.intern(ep.Zone)
+		ep.Conditions.Ready = shareBool(ep.Conditions.Ready)
+		ep.Conditions.Serving = shareBool(ep.Conditions.Serving)
+		ep.Conditions.Terminating = shareBool(ep.Conditions.Terminating)
+	}
+}
+
+// exact returns s in an array of exactly its length: the decoder's array
+// of a list grown by appending has up to twice the room.
+func exact[T any](s []T) []T {
+	if cap(s) == len(s) {
+		return s
+	}
+	return append(make([]T, 0, len(s)), s...)
+}
+
+// known returns the package's copy of v when v is one of values, so equal
+// enumerated values in cached objects share one string.
+func known[T ~string](v T, values ...T) T {
+	for _, k := range values {
+		if v == k {
+			return k
+		}
+	}
+	return v
+}
+
+// sharedPtr returns the pointer of shared that points to a value equal to
+// *p, or p.
+func sharedPtr[T comparable](p *T, shared []*T) *T {
+	if p == nil {
+		return nil
+	}
+	for _, q := range shared {
+		if *q == *p {
+			return q
+		}
+	}
+	return p
+}
+
 // intern returns the shared pointer for a string value. The table holds one
-// entry per node name and zone the cluster has.
+// entry per node name, zone, namespace and slice port name the cluster has.
 func (c *compactor) intern(p *string) *string {
 	if p == nil {
 		return nil
@@ -334,6 +460,14 @@ func (c *compactor) intern(p *string) *string {
 	}
 	c.strings[*p] = p
 	return p
+}
+
+// internValue is intern for a string held by value.
+func (c *compactor) internValue(s string) string {
+	if s == "" {
+		return s
+	}
+	return *c.intern(&s)
 }
 
 func shareBool(p *bool) *bool {

@@ -4,16 +4,19 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
@@ -168,36 +171,42 @@ func TestFirstTriggerSeesEveryObject(t *testing.T) {
 }
 
 // TestCompactorKeepsWhatTheCoreReads transforms objects with everything the
-// proxy never reads (targetRefs, hostnames, owner references, other
-// annotations, kubectl's last-applied copy, managed fields) and checks that
-// the core computes the same NodeState from the compacted objects as from
-// the originals, that the dropped fields are gone, and that equal node names,
-// zones and readiness flags share one value across slices.
+// proxy never reads (targetRefs, hostnames, owner references, other labels
+// and annotations, slice UIDs, kubectl's last-applied copy, managed fields)
+// and checks that the core computes the same NodeState from the compacted
+// objects as from the originals (including a headless Service's slice it
+// ignores), that the objects differ from the originals only by the dropped
+// fields, that endpoint arrays are exactly sized, and that equal node names,
+// zones, namespaces, readiness flags and enumerated values share one value
+// across objects.
 func TestCompactorKeepsWhatTheCoreReads(t *testing.T) {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1.LabelTopologyZone: "z1"}},
 		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.0.2.1"}}}}
-	mkSvc := func() *v1.Service {
+	mkSvc := func(name string) *v1.Service {
+		itp, fp := v1.ServiceInternalTrafficPolicyCluster, v1.IPFamilyPolicySingleStack
 		return &v1.Service{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: "u1", ResourceVersion: "7",
+			ObjectMeta: metav1.ObjectMeta{Namespace: strings.Clone("ns"), Name: name, UID: "u-" + types.UID(name), ResourceVersion: "7",
 				Annotations:   map[string]string{lastApplied: `{"big":"copy"}`, "team": "a"},
 				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
-			Spec: v1.ServiceSpec{ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"}, Type: v1.ServiceTypeNodePort,
-				Ports: []v1.ServicePort{{Name: "http", Port: 80, NodePort: 30080, Protocol: v1.ProtocolTCP}}},
+			Spec: v1.ServiceSpec{ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"}, Type: v1.ServiceType(strings.Clone("NodePort")),
+				InternalTrafficPolicy: &itp, IPFamilyPolicy: &fp, IPFamilies: []v1.IPFamily{v1.IPFamily(strings.Clone("IPv4"))},
+				Ports: []v1.ServicePort{{Name: "http", Port: 80, NodePort: 30080, Protocol: v1.Protocol(strings.Clone("TCP"))}}},
 		}
 	}
-	mkSlice := func(name string, addrs ...string) *discovery.EndpointSlice {
-		port, proto, pname := int32(8080), v1.ProtocolTCP, "http"
+	mkSlice := func(svc, name string, addrs ...string) *discovery.EndpointSlice {
+		port, proto, pname := int32(8080), v1.Protocol(strings.Clone("TCP")), "http"
 		s := &discovery.EndpointSlice{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: map[string]string{discovery.LabelServiceName: "web"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: strings.Clone("ns"), Name: name, GenerateName: svc + "-", UID: "u-" + types.UID(name),
+				Labels:          map[string]string{discovery.LabelServiceName: svc, discovery.LabelManagedBy: "endpointslice-controller.k8s.io"},
 				Annotations:     map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "2026-01-01T00:00:00Z", "other": "x"},
-				OwnerReferences: []metav1.OwnerReference{{Kind: "Service", Name: "web"}}},
+				OwnerReferences: []metav1.OwnerReference{{Kind: "Service", Name: svc}}},
 			AddressType: discovery.AddressTypeIPv4,
 			Ports:       []discovery.EndpointPort{{Name: &pname, Port: &port, Protocol: &proto}},
 		}
 		for i, a := range addrs {
 			ready, serving, term := i%2 == 0, true, i == 2
 			n, z, h := []string{"n1", "n2"}[i%2], "z1", "pod"
-			s.Endpoints = append(s.Endpoints, discovery.Endpoint{Addresses: []string{a},
+			s.Endpoints = append(s.Endpoints, discovery.Endpoint{Addresses: strings.Split(a, ","),
 				Conditions: discovery.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &term},
 				NodeName:   &n, Zone: &z, Hostname: &h,
 				TargetRef: &v1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "pod-" + a},
@@ -206,42 +215,73 @@ func TestCompactorKeepsWhatTheCoreReads(t *testing.T) {
 		return s
 	}
 	opts := core.Options{IPFamilies: []v1.IPFamily{v1.IPv4Protocol}}
+	services := func() []*v1.Service { return []*v1.Service{mkSvc("web"), mkSvc("db")} }
 	slices := func() []*discovery.EndpointSlice {
-		return []*discovery.EndpointSlice{mkSlice("web-1", "10.1.0.1", "10.1.0.2", "10.1.0.3"), mkSlice("web-2", "10.1.0.4", "10.1.0.5")}
+		headless := mkSlice("db", "db-1", "10.1.1.1")
+		headless.Labels[core.LabelHeadless] = ""
+		return []*discovery.EndpointSlice{mkSlice("web", "web-1", "10.1.0.1", "10.1.0.2,10.1.0.9", "10.1.0.3"),
+			mkSlice("web", "web-2", "10.1.0.4", "10.1.0.5"), headless}
 	}
-	want, err := core.Compute(opts, node, []*v1.Service{mkSvc()}, slices())
+	want, err := core.Compute(opts, node, services(), slices())
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(want.Ignored) != 1 {
+		t.Fatalf("the headless slice should be ignored: %+v", want.Ignored)
+	}
 	c := &compactor{}
-	svcObj, _ := c.transform(mkSvc())
-	svc := svcObj.(*v1.Service)
+	var svcs []*v1.Service
+	for _, s := range services() {
+		o, _ := c.transform(s)
+		svcs = append(svcs, o.(*v1.Service))
+	}
 	var compacted []*discovery.EndpointSlice
 	for _, s := range slices() {
 		o, _ := c.transform(s)
 		compacted = append(compacted, o.(*discovery.EndpointSlice))
 	}
-	got, err := core.Compute(opts, node, []*v1.Service{svc}, compacted)
+	got, err := core.Compute(opts, node, svcs, compacted)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("NodeState differs after compaction:\n got %+v\nwant %+v", got, want)
 	}
-	if _, ok := svc.Annotations[lastApplied]; ok || svc.Annotations["team"] != "a" || svc.ManagedFields != nil || svc.UID != "u1" || svc.ResourceVersion != "7" {
-		t.Errorf("service after compaction: %+v", svc.ObjectMeta)
-	}
-	a, b := compacted[0], compacted[1]
-	if len(a.Annotations) != 1 || a.Annotations["endpoints.kubernetes.io/last-change-trigger-time"] == "" || a.OwnerReferences != nil {
-		t.Errorf("slice metadata after compaction: %+v", a.ObjectMeta)
-	}
-	for _, ep := range append(a.Endpoints, b.Endpoints...) {
-		if ep.TargetRef != nil || ep.Hostname != nil {
-			t.Errorf("endpoint %v keeps targetRef/hostname", ep.Addresses)
+
+	// Everything but the dropped fields is as it was.
+	for i, orig := range services() {
+		orig.ManagedFields = nil
+		delete(orig.Annotations, lastApplied)
+		if !reflect.DeepEqual(svcs[i], orig) {
+			t.Errorf("service after compaction:\n got %+v\nwant %+v", svcs[i], orig)
 		}
 	}
+	for i, orig := range slices() {
+		orig.ManagedFields, orig.OwnerReferences, orig.UID, orig.GenerateName = nil, nil, "", ""
+		delete(orig.Labels, discovery.LabelManagedBy)
+		delete(orig.Annotations, "other")
+		for j := range orig.Endpoints {
+			orig.Endpoints[j].TargetRef, orig.Endpoints[j].Hostname = nil, nil
+		}
+		if !reflect.DeepEqual(compacted[i], orig) {
+			t.Errorf("slice after compaction:\n got %+v\nwant %+v", compacted[i], orig)
+		}
+		if ep := compacted[i].Endpoints; cap(ep) != len(ep) {
+			t.Errorf("slice %s: endpoint array of %d for %d endpoints", orig.Name, cap(ep), len(ep))
+		}
+	}
+
+	// Equal values share one copy; different flags do not.
+	a, b := compacted[0], compacted[1]
 	if a.Endpoints[0].NodeName != b.Endpoints[0].NodeName || a.Endpoints[0].Zone != b.Endpoints[1].Zone ||
-		a.Endpoints[0].Conditions.Ready != b.Endpoints[0].Conditions.Ready || a.Endpoints[0].Conditions.Ready == a.Endpoints[1].Conditions.Ready {
-		t.Error("equal node names, zones and flags should share one value, different flags not")
+		a.Endpoints[0].Conditions.Ready != b.Endpoints[0].Conditions.Ready || a.Endpoints[0].Conditions.Ready == a.Endpoints[1].Conditions.Ready ||
+		a.Ports[0].Protocol != b.Ports[0].Protocol || a.Ports[0].Name != b.Ports[0].Name {
+		t.Error("equal node names, zones, flags, protocols and port names should share one value, different flags not")
+	}
+	same := func(x, y string) bool { return unsafe.StringData(x) == unsafe.StringData(y) }
+	if !same(a.Namespace, b.Namespace) || !same(a.Namespace, svcs[0].Namespace) || !same(string(svcs[0].Spec.Type), string(svcs[1].Spec.Type)) ||
+		svcs[0].Spec.IPFamilyPolicy != svcs[1].Spec.IPFamilyPolicy || &svcs[0].Spec.IPFamilies[0] != &svcs[1].Spec.IPFamilies[0] ||
+		!same(string(svcs[0].Spec.Ports[0].Protocol), string(svcs[1].Spec.Ports[0].Protocol)) {
+		t.Error("equal namespaces and enumerated values should share one copy")
 	}
 }
