@@ -184,6 +184,7 @@ func scaleMemory(b *testing.B, e *env, n int) {
 	cfg.QPS, cfg.Burst = 1000, 1000
 	client := kubernetes.NewForConfigOrDie(cfg)
 	b.Setenv("GODEBUG", "gctrace=1")
+	binEnv := binaryEnv(b)
 	{
 		load0 := loadavg()
 		t0 := time.Now()
@@ -218,11 +219,29 @@ func scaleMemory(b *testing.B, e *env, n int) {
 		b.ReportMetric(fullSum, "full-sync-s")
 		b.ReportMetric(partial*1000, "partial-sync-ms")
 		b.ReportMetric(live, "live-heap-MB")
-		b.Logf("%d Services: ready (list + first full sync) %v, full sync %.2fs, cpu to ready %v; %d partial syncs for %d changes, mean %.2f ms, cpu %v; "+
+		b.Logf("%d Services (binary env %q): ready (list + first full sync) %v, full sync %.2fs, cpu to ready %v; %d partial syncs for %d changes, mean %.2f ms, cpu %v; "+
 			"peak RSS %.0f MiB (%.0f after first sync), RSS at end %.0f MiB, live heap after last of %d GCs %.0f MB; load %s -> %s",
-			n, ready.Round(time.Millisecond), fullSum, cpuReady.Round(time.Millisecond), int(c1-c0), changes, partial*1000, cpuChanges.Round(time.Millisecond),
+			n, binEnv, ready.Round(time.Millisecond), fullSum, cpuReady.Round(time.Millisecond), int(c1-c0), changes, partial*1000, cpuChanges.Round(time.Millisecond),
 			float64(hwm)/1024, float64(hwmSync)/1024, float64(rss)/1024, gcs, live, load0, loadavg())
 	}
+}
+
+// binaryEnv sets the environment variables of XPS_BINARY_ENV ("KEY=VALUE
+// ..."), which the crossproxy binary the benchmark starts inherits, e.g.
+// XPS_BINARY_ENV=GOMEMLIMIT=536870912 for the DaemonSet's default: it sets
+// GOMEMLIMIT from the container's memory limit (installer/linux). The
+// benchmark process itself read its own GOMEMLIMIT when it started, so the
+// in-process figures are unaffected.
+func binaryEnv(b *testing.B) string {
+	v := os.Getenv("XPS_BINARY_ENV")
+	for _, kv := range strings.Fields(v) {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			b.Fatalf("XPS_BINARY_ENV: %q is not KEY=VALUE", kv)
+		}
+		b.Setenv(k, val)
+	}
+	return v
 }
 
 // scaleHeap runs crossproxy's pipeline in the benchmark process

@@ -9,6 +9,8 @@ bench-scale: bench-scale-10k bench-scale-100k
 
 # bench-scale-10k: peak RSS of the real binary over start-up, first full sync
 # and 100 endpoint changes; heap held after the first sync with its breakdown.
+# XPS_BINARY_ENV="KEY=VALUE ..." sets the binary's environment, e.g.
+# XPS_BINARY_ENV=GOMEMLIMIT=536870912 for the DaemonSet's default limit.
 bench-scale-10k: apiserver
 	XPS_SERVICES=10000 $(GO) test -tags integration -count=1 -run '^$$' -bench 'Scale/^(binary|heap)$$' -benchtime 1x -timeout 60m ./test/integration/
 
