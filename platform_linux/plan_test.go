@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -74,10 +75,10 @@ func TestPlanPartial(t *testing.T) {
 		}
 	}
 	plan.commit(prev)
-	if _, ok := prev.Ports[gone]; ok || prev.Ports[added].port != &np || prev.clusterIPs[p.ClusterIP] != 2 {
+	if _, ok := prev.Ports[gone]; ok || prev.Ports[added].port != &np || prev.clusterIPs.get(p.ClusterIP) != 2 {
 		t.Errorf("commit did not record the plan: %+v", prev.clusterIPs)
 	}
-	if prev.hairpin[ep("10.244.1.9", 53, false).Addr] != 0 {
+	if prev.hairpin.get(ep("10.244.1.9", 53, false).Addr) != 0 {
 		t.Error("endpoint of the removed port still counted")
 	}
 	// Nothing changed: an empty batch.
@@ -107,5 +108,22 @@ func TestAppliedBuildsTheSameObjects(t *testing.T) {
 	}
 	if a.objects(key("default", "nope", "", "TCP", "IPv4")) != nil {
 		t.Error("a port never programmed has objects")
+	}
+}
+
+// TestUseCounts counts addresses of both families apart and forgets an
+// address whose count reaches zero.
+func TestUseCounts(t *testing.T) {
+	u := useCounts{}
+	v4, v6 := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::a00:1")
+	u.add(v4, 2)
+	u.add(v6, 1)
+	u.add(v4, -1)
+	if u.get(v4) != 1 || u.get(v6) != 1 || len(u) != 2 {
+		t.Fatalf("counts %v", u)
+	}
+	u.add(v4, -1)
+	if u.get(v4) != 0 || len(u) != 1 {
+		t.Errorf("an unused address is kept: %v", u)
 	}
 }
