@@ -17,9 +17,11 @@ type claimKey struct {
 	proto v1.Protocol
 }
 
-// claimant is one Service port's frontend on a claimKey.
+// claimant is one Service port's frontend on a claimKey. port points to the
+// key of the claiming ServicePort (which is never modified) rather than
+// copying it: there is a claimant per frontend, 10,000 or more of them.
 type claimant struct {
-	port    PortKey
+	port    *PortKey
 	kind    FrontendKind
 	created time.Time
 }
@@ -39,7 +41,7 @@ func (c claims) winner(k claimKey) claimant {
 	list := c[k]
 	best := list[0]
 	for _, o := range list[1:] {
-		if cmp.Or(cmp.Compare(frontendRank[o.kind], frontendRank[best.kind]), o.created.Compare(best.created), comparePortKey(o.port, best.port)) < 0 {
+		if cmp.Or(cmp.Compare(frontendRank[o.kind], frontendRank[best.kind]), o.created.Compare(best.created), comparePortKey(*o.port, *best.port)) < 0 {
 			best = o
 		}
 	}
@@ -62,7 +64,7 @@ func (c claims) move(svc types.NamespacedName, old, nu []*ServicePort, created t
 			k := claimKey{f.Addr, f.Port, p.Protocol}
 			list := c[k]
 			for i, o := range list {
-				if o.port == p.Key && o.kind == f.Kind {
+				if *o.port == p.Key && o.kind == f.Kind {
 					list = append(list[:i:i], list[i+1:]...)
 					break
 				}
@@ -78,7 +80,7 @@ func (c claims) move(svc types.NamespacedName, old, nu []*ServicePort, created t
 	for _, p := range nu {
 		for _, f := range p.Frontends {
 			k := claimKey{f.Addr, f.Port, p.Protocol}
-			c[k] = append(c[k], claimant{port: p.Key, kind: f.Kind, created: created})
+			c[k] = append(c[k], claimant{port: &p.Key, kind: f.Kind, created: created})
 			if len(c[k]) > 1 {
 				share(k)
 			}
@@ -105,11 +107,11 @@ func (c claims) publish(r *serviceResult, svc types.NamespacedName) {
 		dropped, lost := false, false
 		for j, f := range p.Frontends {
 			k := claimKey{f.Addr, f.Port, p.Protocol}
-			w := claimant{port: p.Key, kind: f.Kind}
+			w := claimant{port: &p.Key, kind: f.Kind}
 			if len(c[k]) > 1 {
 				w = c.winner(k)
 			}
-			if w.port == p.Key && w.kind == f.Kind {
+			if *w.port == p.Key && w.kind == f.Kind {
 				if dropped {
 					keep = append(keep, f)
 				}

@@ -334,7 +334,13 @@ func (t *Tracker) snapshot(track bool) (*NodeState, Changes) {
 			t.results[k] = nr
 		}
 	}
-	clear(t.dirty)
+	// A cleared map keeps its table: after the first snapshot that is room
+	// for every Service, so a large one is replaced instead.
+	if len(t.dirty) > 1024 {
+		t.dirty = make(map[types.NamespacedName]struct{})
+	} else {
+		clear(t.dirty)
+	}
 
 	st := &NodeState{
 		Node:              t.env.node,
