@@ -29,6 +29,7 @@ type slicePort struct {
 type candidate struct {
 	src   *discovery.Endpoint
 	slice string
+	place *EndpointPlace // set when valid
 	addr  netip.Addr
 	// valid is false for an unusable endpoint; bad then says why.
 	valid                              bool
@@ -49,8 +50,7 @@ func (c *candidate) nodeName() string { return deref(c.src.NodeName) }
 func (c *candidate) servingTerminating() bool { return c.serving && c.terminating }
 
 func (c *candidate) endpoint(port uint16) Endpoint {
-	return Endpoint{Addr: c.addr, Port: port, NodeName: deref(c.src.NodeName), Zone: deref(c.src.Zone),
-		Ready: c.ready, Serving: c.serving, Terminating: c.terminating, Local: c.local, Slice: c.slice}
+	return Endpoint{Addr: c.addr, Port: port, Ready: c.ready, Serving: c.serving, Terminating: c.terminating, Local: c.local, Slice: c.slice, Place: c.place}
 }
 
 // zoneHints and nodeHints list the endpoint's topology hints.
@@ -152,7 +152,11 @@ func parseSlice(e *env, info *svcInfo, s *discovery.EndpointSlice, fam v1.IPFami
 	}
 	ps.eps = make([]candidate, 0, len(s.Endpoints))
 	for i := range s.Endpoints {
-		ps.eps = append(ps.eps, parseEndpoint(e, info, s, i, fam, sink))
+		c := parseEndpoint(e, info, s, i, fam, sink)
+		if c.valid {
+			c.place = e.place(deref(c.src.NodeName), deref(c.src.Zone))
+		}
+		ps.eps = append(ps.eps, c)
 	}
 	return ps
 }

@@ -99,6 +99,25 @@ type env struct {
 	localDetect map[v1.IPFamily]FamilyLocalDetect
 	nodePort    map[v1.IPFamily][]netip.Addr
 	problems    []Problem
+	// places are the endpoint places handed out while this env is in
+	// force, one per node and zone (see EndpointPlace); a new env starts
+	// afresh, which forgets the places of nodes gone meanwhile. Not part of
+	// what an env is: setNode compares envs without it.
+	places map[EndpointPlace]*EndpointPlace
+}
+
+// place returns the shared EndpointPlace of node and zone.
+func (e *env) place(node, zone string) *EndpointPlace {
+	k := EndpointPlace{NodeName: node, Zone: zone}
+	if p, ok := e.places[k]; ok {
+		return p
+	}
+	if e.places == nil {
+		e.places = map[EndpointPlace]*EndpointPlace{}
+	}
+	p := &EndpointPlace{NodeName: node, Zone: zone}
+	e.places[k] = p
+	return p
 }
 
 // newEnv resolves opts against node (which may be nil while the Node is unknown).

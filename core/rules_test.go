@@ -1,8 +1,10 @@
 package core
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -338,7 +340,7 @@ func TestRule5Topology(t *testing.T) {
 				expectEq(t, "cluster", eps(p.ClusterEndpoints), "10.0.0.1:8080")
 				expectEq(t, "mode", p.TopologyMode, "PreferSameZone")
 				expectEq(t, "excluded", exclusions(p.Excluded), "10.0.0.2:8080/cluster/OtherZone")
-				expectEq(t, "zone", p.ClusterEndpoints[0].Zone, "a")
+				expectEq(t, "zone", p.ClusterEndpoints[0].Zone(), "a")
 			}},
 		{name: "zone hints ignored when one is missing", services: svcs(testService("web")),
 			slices: eslices(testSlice("web-a", "web", ep("10.0.0.1", "n2", forZones("a")), ep("10.0.0.2", "n3"))),
@@ -652,4 +654,43 @@ func TestMasquerade(t *testing.T) {
 				expectEq(t, "iface", st.LocalDetect[v1.IPv4Protocol].Interface, "cbr0")
 			}},
 	})
+}
+
+// TestEndpointPlacesShared checks that endpoints on one node and zone share
+// one place across slices and ports, that others get their own, and that an
+// endpoint's JSON keeps the place's fields inline (the form saved states
+// and `crossproxy state -o json` have).
+func TestEndpointPlacesShared(t *testing.T) {
+	svc := testService("web", svcPorts(sport("http", v1.ProtocolTCP, 80), sport("alt", v1.ProtocolTCP, 81)))
+	ports := []discovery.EndpointPort{eport("http", v1.ProtocolTCP, 8080), eport("alt", v1.ProtocolTCP, 8081)}
+	sa := withSlicePorts(testSlice("web-a", "web", ep("10.0.0.1", "n1"), ep("10.0.0.2", "n2"), ep("10.0.0.3", "n1", inZone("b"))), ports...)
+	sb := withSlicePorts(testSlice("web-b", "web", ep("10.0.0.4", "n1")), ports...)
+	st, err := Compute(Options{}, defaultNode(), []*v1.Service{svc}, []*discovery.EndpointSlice{sa, sb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	http, alt := st.Ports[key("web", "http", v1.ProtocolTCP, v1.IPv4Protocol)], st.Ports[key("web", "alt", v1.ProtocolTCP, v1.IPv4Protocol)]
+	if http == nil || alt == nil || len(http.ClusterEndpoints) != 4 || len(alt.ClusterEndpoints) != 4 {
+		t.Fatalf("ports: %+v %+v", http, alt)
+	}
+	a, b, c, d := http.ClusterEndpoints[0], http.ClusterEndpoints[1], http.ClusterEndpoints[2], http.ClusterEndpoints[3]
+	if a.Place != d.Place || a.Place != alt.ClusterEndpoints[0].Place || a.Place == b.Place || a.Place == c.Place {
+		t.Errorf("places: %p %p %p %p (alt %p)", a.Place, b.Place, c.Place, d.Place, alt.ClusterEndpoints[0].Place)
+	}
+	expectEq(t, "node", b.NodeName(), "n2")
+	expectEq(t, "zone", c.Zone(), "b")
+	expectEq(t, "slice", d.Slice, "web-b")
+	j, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"Addr":"10.0.0.1","Port":8080,"NodeName":"n1","Zone":"","Ready":true,"Serving":true,"Terminating":false,"Local":true,"Slice":"web-a"}`
+	expectEq(t, "json", string(j), want)
+	var back Endpoint
+	if err := json.Unmarshal(j, &back); err != nil || !reflect.DeepEqual(back, a) {
+		t.Errorf("read back %+v (%v), want %+v", back, err, a)
+	}
+	if (Endpoint{}).NodeName() != "" || (Endpoint{}).Zone() != "" {
+		t.Error("an endpoint without a place has no node or zone")
+	}
 }

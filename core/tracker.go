@@ -151,9 +151,11 @@ func (t *Tracker) SetNode(node *v1.Node) {
 
 func (t *Tracker) setNode(node *v1.Node) {
 	ne := newEnv(t.opts, node)
+	ne.places = t.env.places
 	if reflect.DeepEqual(ne, t.env) {
 		return
 	}
+	ne.places = nil
 	t.env = ne
 	t.envDirty, t.full = true, true
 }

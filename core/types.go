@@ -8,6 +8,7 @@
 package core
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"time"
@@ -142,8 +143,6 @@ func (f Frontend) String() string {
 type Endpoint struct {
 	Addr        netip.Addr
 	Port        uint16
-	NodeName    string
-	Zone        string
 	Ready       bool
 	Serving     bool
 	Terminating bool
@@ -151,6 +150,68 @@ type Endpoint struct {
 	Local bool
 	// Slice is the EndpointSlice the endpoint came from.
 	Slice string
+	// Place is the node and zone the endpoint runs on (NodeName and Zone
+	// read it); the core sets it on every endpoint it computes. It is
+	// shared, never modified: see EndpointPlace.
+	Place *EndpointPlace
+}
+
+// EndpointPlace is a node and zone endpoints run on. Every endpoint on one
+// node and zone points to one EndpointPlace instead of copying the two
+// strings: a NodeState holds an Endpoint per Service port and endpoint
+// (100,000 at 10,000 Services), and at 56 bytes instead of 88 ten of them
+// fit in 576 bytes instead of 896.
+type EndpointPlace struct {
+	NodeName string
+	Zone     string
+}
+
+// NodeName is the node the endpoint runs on, "" when its slice did not say.
+func (e Endpoint) NodeName() string {
+	if e.Place == nil {
+		return ""
+	}
+	return e.Place.NodeName
+}
+
+// Zone is the zone the endpoint runs in, "" when its slice did not say.
+func (e Endpoint) Zone() string {
+	if e.Place == nil {
+		return ""
+	}
+	return e.Place.Zone
+}
+
+// endpointJSON is an Endpoint's JSON form: the place's fields inline, as
+// they were before places were shared, so saved states still read.
+type endpointJSON struct {
+	Addr        netip.Addr
+	Port        uint16
+	NodeName    string
+	Zone        string
+	Ready       bool
+	Serving     bool
+	Terminating bool
+	Local       bool
+	Slice       string
+}
+
+// MarshalJSON writes the endpoint with its place's fields inline.
+func (e Endpoint) MarshalJSON() ([]byte, error) {
+	return json.Marshal(endpointJSON{Addr: e.Addr, Port: e.Port, NodeName: e.NodeName(), Zone: e.Zone(), Ready: e.Ready, Serving: e.Serving,
+		Terminating: e.Terminating, Local: e.Local, Slice: e.Slice})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes; each endpoint read gets its
+// own place.
+func (e *Endpoint) UnmarshalJSON(data []byte) error {
+	var v endpointJSON
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	*e = Endpoint{Addr: v.Addr, Port: v.Port, Ready: v.Ready, Serving: v.Serving, Terminating: v.Terminating, Local: v.Local, Slice: v.Slice,
+		Place: &EndpointPlace{NodeName: v.NodeName, Zone: v.Zone}}
+	return nil
 }
 
 // AddrPort is the endpoint's destination.

@@ -42,11 +42,11 @@ func port(name string, cip string, eps []core.Endpoint, opts ...func(*core.Servi
 }
 
 func local(a string, port uint16) core.Endpoint {
-	return core.Endpoint{Addr: ip(a), Port: port, NodeName: "win-1", Ready: true, Serving: true, Local: true}
+	return core.Endpoint{Addr: ip(a), Port: port, Place: &core.EndpointPlace{NodeName: "win-1"}, Ready: true, Serving: true, Local: true}
 }
 
 func remote(a string, port uint16) core.Endpoint {
-	return core.Endpoint{Addr: ip(a), Port: port, NodeName: "lin-1", Ready: true, Serving: true}
+	return core.Endpoint{Addr: ip(a), Port: port, Place: &core.EndpointPlace{NodeName: "lin-1"}, Ready: true, Serving: true}
 }
 
 func withNodePort(np uint16, addrs ...string) func(*core.ServicePort) {

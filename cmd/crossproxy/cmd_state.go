@@ -215,11 +215,11 @@ func writeEndpoints(p *textPrinter, label string, eps []core.Endpoint) {
 	p.line("  %s (%d):", label, len(eps))
 	for _, e := range eps {
 		var facts []string
-		if e.NodeName != "" {
-			facts = append(facts, "node "+e.NodeName)
+		if e.NodeName() != "" {
+			facts = append(facts, "node "+e.NodeName())
 		}
-		if e.Zone != "" {
-			facts = append(facts, "zone "+e.Zone)
+		if e.Zone() != "" {
+			facts = append(facts, "zone "+e.Zone())
 		}
 		if e.Local {
 			facts = append(facts, "local")

@@ -247,7 +247,7 @@ func computed(in *Input) Computed {
 func computedEndpoints(eps []core.Endpoint) []ComputedEndpoint {
 	out := make([]ComputedEndpoint, 0, len(eps))
 	for _, e := range eps {
-		out = append(out, ComputedEndpoint{Address: e.AddrPort().String(), Node: e.NodeName, Zone: e.Zone, Slice: e.Slice,
+		out = append(out, ComputedEndpoint{Address: e.AddrPort().String(), Node: e.NodeName(), Zone: e.Zone(), Slice: e.Slice,
 			Ready: e.Ready, Serving: e.Serving, Terminating: e.Terminating, Local: e.Local})
 	}
 	return out
