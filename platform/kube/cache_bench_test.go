@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -83,6 +85,8 @@ func ptr[T any](v T) *T { return &v }
 // informer stores and reports the heap they hold per Service + slice pair:
 // the informer caches' share of the proxy's steady heap without an API server
 // (BenchmarkScale/heap measures the same through a real one).
+// XPK_CACHE_HEAPPROFILE=path writes the heap profile while the objects are
+// held, for `go tool pprof -sample_index=inuse_space`.
 func BenchmarkInformerCache(b *testing.B) {
 	n := 10000
 	if v := os.Getenv("XPK_CACHE_SERVICES"); v != "" {
@@ -97,7 +101,7 @@ func BenchmarkInformerCache(b *testing.B) {
 	for b.Loop() {
 		before := heapInuse()
 		c := &compactor{}
-		indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+		indexers := cache.Indexers{} // as Source.Run makes them
 		svcStore := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers)
 		sliceStore := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers)
 		for i := range n {
@@ -109,6 +113,9 @@ func BenchmarkInformerCache(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
+				// client-go's typed clients decode without the type's
+				// apiVersion and kind (runtime.WithoutVersionDecoder).
+				o.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
 				t, err := c.transform(o)
 				if err != nil {
 					b.Fatal(err)
@@ -119,6 +126,9 @@ func BenchmarkInformerCache(b *testing.B) {
 			}
 		}
 		held = heapInuse() - before
+		if path := os.Getenv("XPK_CACHE_HEAPPROFILE"); path != "" {
+			writeHeapProfile(b, path)
+		}
 		runtime.KeepAlive(svcStore)
 		runtime.KeepAlive(sliceStore)
 	}
@@ -132,4 +142,15 @@ func heapInuse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse
+}
+
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatalf("heap profile: %v", err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatalf("heap profile: %v", err)
+	}
 }
