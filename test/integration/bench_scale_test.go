@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
@@ -20,10 +21,12 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/crossproxy/crossproxy/core"
 	"github.com/crossproxy/crossproxy/platform"
@@ -157,7 +160,8 @@ func moveEndpoint(b *testing.B, client kubernetes.Interface, i, round int) {
 }
 
 // BenchmarkScale populates the apiserver once with XPS_SERVICES Services x 10
-// endpoints and measures crossproxy against it: the real binary (scaleMemory),
+// endpoints and measures crossproxy against it: the real binary (scaleMemory;
+// binary-shipped with GOMEMLIMIT as the shipped DaemonSet sets it),
 // the same pipeline in this process with a heap breakdown (scaleHeap), and
 // the real binary under a stream of endpoint updates (scaleStream).
 // -benchtime 1x: one run of each; select one with -bench 'Scale/^stream$'.
@@ -167,7 +171,11 @@ func BenchmarkScale(b *testing.B) {
 	e := newScaleEnv(b, n)
 	b.ResetTimer()
 	for range b.N {
-		b.Run("binary", func(b *testing.B) { e.t = b; scaleMemory(b, e, n) })
+		b.Run("binary", func(b *testing.B) { e.t = b; scaleMemory(b, e, n, os.Getenv("XPS_BINARY_ENV")) })
+		b.Run("binary-shipped", func(b *testing.B) {
+			e.t = b
+			scaleMemory(b, e, n, fmt.Sprintf("GOMEMLIMIT=%d", shippedMemoryLimit(b)))
+		})
 		b.Run("heap", func(b *testing.B) { e.t = b; scaleHeap(b, e, n) })
 		b.Run("stream", func(b *testing.B) { e.t = b; scaleStream(b, e, n) })
 	}
@@ -178,13 +186,16 @@ func BenchmarkScale(b *testing.B) {
 // lab's node namespace: start-up, first full sync, then 100 endpoint
 // changes one at a time. It reports the process's peak RSS (VmHWM), the
 // full and mean partial sync durations (the proxy's own histograms), its CPU
-// time and its live heap after the last GC (GODEBUG=gctrace=1).
-func scaleMemory(b *testing.B, e *env, n int) {
+// time and its live heap after the last GC (GODEBUG=gctrace=1). binEnv
+// ("KEY=VALUE ...") is added to the binary's environment.
+func scaleMemory(b *testing.B, e *env, n int, binEnv string) {
 	cfg := e.api.AdminConfig()
 	cfg.QPS, cfg.Burst = 1000, 1000
 	client := kubernetes.NewForConfigOrDie(cfg)
 	b.Setenv("GODEBUG", "gctrace=1")
-	binEnv := binaryEnv(b)
+	setBinaryEnv(b, binEnv)
+	round := scaleRuns * 100
+	scaleRuns++
 	{
 		load0 := loadavg()
 		t0 := time.Now()
@@ -202,7 +213,7 @@ func scaleMemory(b *testing.B, e *env, n int) {
 		const changes = 100
 		for i := range changes {
 			cur, _ := metric(b, e.mport, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count")
-			moveEndpoint(b, client, i*(n/changes), i)
+			moveEndpoint(b, client, i*(n/changes), round+i)
 			waitMetric(b, e, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count", cur+1, time.Minute)
 		}
 		c1, _ := metric(b, e.mport, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count")
@@ -226,22 +237,43 @@ func scaleMemory(b *testing.B, e *env, n int) {
 	}
 }
 
-// binaryEnv sets the environment variables of XPS_BINARY_ENV ("KEY=VALUE
-// ..."), which the crossproxy binary the benchmark starts inherits, e.g.
-// XPS_BINARY_ENV=GOMEMLIMIT=536870912 for the DaemonSet's default: it sets
-// GOMEMLIMIT from the container's memory limit (installer/linux). The
-// benchmark process itself read its own GOMEMLIMIT when it started, so the
-// in-process figures are unaffected.
-func binaryEnv(b *testing.B) string {
-	v := os.Getenv("XPS_BINARY_ENV")
-	for _, kv := range strings.Fields(v) {
+// setBinaryEnv sets the environment variables of env ("KEY=VALUE ..."),
+// which the crossproxy binary the benchmark starts inherits: XPS_BINARY_ENV
+// for the binary sub-benchmark. The benchmark process itself read its own
+// GOMEMLIMIT when it started, so the in-process figures are unaffected.
+func setBinaryEnv(b *testing.B, env string) {
+	for _, kv := range strings.Fields(env) {
 		k, val, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			b.Fatalf("XPS_BINARY_ENV: %q is not KEY=VALUE", kv)
+			b.Fatalf("binary environment: %q is not KEY=VALUE", kv)
 		}
 		b.Setenv(k, val)
 	}
-	return v
+}
+
+// scaleRuns counts scaleMemory runs, so each run's endpoint changes write
+// new addresses: an update that changes nothing makes no watch event.
+var scaleRuns int
+
+// shippedMemoryLimit is the memory limit of the crossproxy container in
+// installer/linux/daemonset.yaml, in bytes: the DaemonSet passes it to the
+// binary as GOMEMLIMIT.
+func shippedMemoryLimit(b testing.TB) int64 {
+	data, err := os.ReadFile(filepath.Join("..", "..", "installer", "linux", "daemonset.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.Unmarshal(data, &ds); err != nil {
+		b.Fatalf("daemonset.yaml: %v", err)
+	}
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		if q, ok := c.Resources.Limits[v1.ResourceMemory]; ok && c.Name == "crossproxy" {
+			return q.Value()
+		}
+	}
+	b.Fatal("daemonset.yaml: no memory limit for the crossproxy container")
+	return 0
 }
 
 // scaleHeap runs crossproxy's pipeline in the benchmark process
