@@ -119,24 +119,47 @@ type applied struct {
 	hairpin    useCounts
 }
 
-// useCounts counts, per address, the ports whose objects use it. Keyed by
-// the 16-byte form with a 4-byte count, an entry takes 20 bytes instead of
-// netip.Addr's 24 and an int's 8: at 10,000 Services x 10 endpoints the
-// hairpin counts alone are 100,000 entries. The core's addresses have no
-// zone and are never IPv4-mapped IPv6, so the 16-byte form names each
-// address of either family once.
-type useCounts map[[16]byte]int32
+// useCounts counts, per address, the ports whose objects use it. IPv4
+// addresses are keyed by their 4 bytes, IPv6 ones by their 16, each with a
+// 4-byte count: an IPv4 entry takes 8 bytes instead of netip.Addr's 24 and
+// an int's 8, and at 10,000 Services x 10 endpoints the hairpin counts alone
+// are 100,000 entries. The core's addresses have no zone and are never
+// IPv4-mapped IPv6, so each address has one key.
+type useCounts struct {
+	v4 map[[4]byte]int32
+	v6 map[[16]byte]int32
+}
+
+// newUseCounts sizes the IPv4 counts for n addresses.
+func newUseCounts(n int) useCounts {
+	return useCounts{v4: make(map[[4]byte]int32, n), v6: map[[16]byte]int32{}}
+}
 
 // get is the number of ports using a.
-func (u useCounts) get(a netip.Addr) int { return int(u[a.As16()]) }
+func (u useCounts) get(a netip.Addr) int {
+	if a.Is4() {
+		return int(u.v4[a.As4()])
+	}
+	return int(u.v6[a.As16()])
+}
 
 // add changes a's count by d, forgetting a when no port uses it.
 func (u useCounts) add(a netip.Addr, d int) {
-	k := a.As16()
-	if n := u[k] + int32(d); n > 0 {
-		u[k] = n
+	if a.Is4() {
+		addCount(u.v4, a.As4(), d)
 	} else {
-		delete(u, k)
+		addCount(u.v6, a.As16(), d)
+	}
+}
+
+// len is the number of addresses counted.
+func (u useCounts) len() int { return len(u.v4) + len(u.v6) }
+
+func addCount[K comparable](m map[K]int32, k K, d int) {
+	if n := m[k] + int32(d); n > 0 {
+		m[k] = n
+	} else {
+		delete(m, k)
 	}
 }
 
@@ -154,7 +177,7 @@ func newApplied(rs *ruleset, cfg Config) *applied {
 	}
 	cfg.Shards = rs.Shards
 	a := &applied{Table: rs.Table, Shards: rs.Shards, Globals: rs.Globals, Ports: make(map[core.PortKey]appliedPort, len(rs.Ports)), cfg: cfg,
-		clusterIPs: make(useCounts, len(rs.Ports)), hairpin: make(useCounts, eps)}
+		clusterIPs: newUseCounts(len(rs.Ports)), hairpin: newUseCounts(eps)}
 	for _, p := range rs.Ports {
 		a.Ports[p.Key] = p.From
 		a.count(p, 1)

@@ -114,16 +114,18 @@ func TestAppliedBuildsTheSameObjects(t *testing.T) {
 // TestUseCounts counts addresses of both families apart and forgets an
 // address whose count reaches zero.
 func TestUseCounts(t *testing.T) {
-	u := useCounts{}
-	v4, v6 := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::a00:1")
+	u := newUseCounts(0)
+	v4, v6, v6b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("::a00:1"), netip.MustParseAddr("fd00::1")
 	u.add(v4, 2)
 	u.add(v6, 1)
+	u.add(v6b, 3)
 	u.add(v4, -1)
-	if u.get(v4) != 1 || u.get(v6) != 1 || len(u) != 2 {
-		t.Fatalf("counts %v", u)
+	if u.get(v4) != 1 || u.get(v6) != 1 || u.get(v6b) != 3 || u.len() != 3 {
+		t.Fatalf("counts %+v", u)
 	}
 	u.add(v4, -1)
-	if u.get(v4) != 0 || len(u) != 1 {
-		t.Errorf("an unused address is kept: %v", u)
+	u.add(v6b, -3)
+	if u.get(v4) != 0 || u.get(v6b) != 0 || u.len() != 1 {
+		t.Errorf("an unused address is kept: %+v", u)
 	}
 }
