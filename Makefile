@@ -5,7 +5,12 @@
 SHELL := /bin/bash
 GO ?= go
 MODULE := github.com/crossproxy/crossproxy
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Expanded once per make run (:=): a recursive VERSION re-ran git describe at
+# every use, so a commit landing mid-build named the binaries and the image
+# after different versions.
+ifeq ($(origin VERSION),undefined)
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+endif
 LDFLAGS := -s -w -X main.version=$(VERSION)
 PLATFORMS := linux/amd64 linux/arm64 windows/amd64 windows/arm64
 export CGO_ENABLED ?= 0

@@ -19,7 +19,9 @@ XP_CACHE ?= $(HOME)/.cache/crossproxy
 IMAGE_LAYOUT := dist/crossproxy-$(VERSION)-oci
 IMAGE_ARCHIVE := dist/crossproxy-$(VERSION)-image.tar
 # The commit time, so the same commit gives the same digests.
-IMAGE_CREATED ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+ifeq ($(origin IMAGE_CREATED),undefined)
+IMAGE_CREATED := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+endif
 OCIIMAGE := bin/ociimage
 CRANE_VERSION := v0.22.1
 CRANE := $(XP_CACHE)/tools/crane-$(CRANE_VERSION)/crane
