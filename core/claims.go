@@ -10,11 +10,32 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// claimKey is one destination a frontend takes on this node.
+// claimKey is one destination a frontend takes on this node, packed into 20
+// bytes (a netip.Addr and a protocol string took 48) because there is one
+// per frontend: the address in its 16-byte form (the core's addresses are
+// never IPv4-mapped IPv6, so each has one), the port and the protocol's code.
 type claimKey struct {
-	addr  netip.Addr
+	addr  [16]byte
 	port  uint16
-	proto v1.Protocol
+	proto uint8
+}
+
+func claimKeyOf(addr netip.Addr, port uint16, proto v1.Protocol) claimKey {
+	return claimKey{addr: addr.As16(), port: port, proto: protocolCode(proto)}
+}
+
+// protocolCode numbers the protocols a ServicePort can have (parsePorts
+// accepts no other).
+func protocolCode(p v1.Protocol) uint8 {
+	switch p {
+	case v1.ProtocolTCP:
+		return 1
+	case v1.ProtocolUDP:
+		return 2
+	case v1.ProtocolSCTP:
+		return 3
+	}
+	return 0
 }
 
 // claimant is one Service port's frontend on a claimKey. port points to the
@@ -61,7 +82,7 @@ func (c claims) move(svc types.NamespacedName, old, nu []*ServicePort, created t
 	}
 	for _, p := range old {
 		for _, f := range p.Frontends {
-			k := claimKey{f.Addr, f.Port, p.Protocol}
+			k := claimKeyOf(f.Addr, f.Port, p.Protocol)
 			list := c[k]
 			for i, o := range list {
 				if *o.port == p.Key && o.kind == f.Kind {
@@ -79,7 +100,7 @@ func (c claims) move(svc types.NamespacedName, old, nu []*ServicePort, created t
 	}
 	for _, p := range nu {
 		for _, f := range p.Frontends {
-			k := claimKey{f.Addr, f.Port, p.Protocol}
+			k := claimKeyOf(f.Addr, f.Port, p.Protocol)
 			c[k] = append(c[k], claimant{port: &p.Key, kind: f.Kind, created: created})
 			if len(c[k]) > 1 {
 				share(k)
@@ -106,7 +127,7 @@ func (c claims) publish(r *serviceResult, svc types.NamespacedName) {
 		var keep []Frontend
 		dropped, lost := false, false
 		for j, f := range p.Frontends {
-			k := claimKey{f.Addr, f.Port, p.Protocol}
+			k := claimKeyOf(f.Addr, f.Port, p.Protocol)
 			w := claimant{port: &p.Key, kind: f.Kind}
 			if len(c[k]) > 1 {
 				w = c.winner(k)
@@ -148,7 +169,7 @@ func (c claims) publish(r *serviceResult, svc types.NamespacedName) {
 func (c claims) contested(ports []*ServicePort) bool {
 	for _, p := range ports {
 		for _, f := range p.Frontends {
-			if len(c[claimKey{f.Addr, f.Port, p.Protocol}]) > 1 {
+			if len(c[claimKeyOf(f.Addr, f.Port, p.Protocol)]) > 1 {
 				return true
 			}
 		}
