@@ -28,7 +28,7 @@ type Tracker struct {
 
 	services    map[types.NamespacedName]*v1.Service
 	slicesBySvc map[types.NamespacedName][]*discovery.EndpointSlice // sorted by name, replaced on change
-	sliceOwner  map[types.NamespacedName]types.NamespacedName       // slice → Service
+	sliceOwner  map[types.NamespacedName]string                     // slice → its Service's name (in the slice's namespace)
 	sliceNotes  map[types.NamespacedName]sliceNote                  // slices matched to no Service, and why
 	results     map[types.NamespacedName]*serviceResult
 	// claims says which Service port keeps each frontend destination.
@@ -72,7 +72,7 @@ func newTracker(opts Options) *Tracker {
 		env:         newEnv(opts, nil),
 		services:    map[types.NamespacedName]*v1.Service{},
 		slicesBySvc: map[types.NamespacedName][]*discovery.EndpointSlice{},
-		sliceOwner:  map[types.NamespacedName]types.NamespacedName{},
+		sliceOwner:  map[types.NamespacedName]string{},
 		sliceNotes:  map[types.NamespacedName]sliceNote{},
 		results:     map[types.NamespacedName]*serviceResult{},
 		claims:      claims{},
@@ -132,7 +132,7 @@ func Compute(opts Options, node *v1.Node, services []*v1.Service, slices []*disc
 func (t *Tracker) presize(services, slices int) {
 	t.services = make(map[types.NamespacedName]*v1.Service, services)
 	t.slicesBySvc = make(map[types.NamespacedName][]*discovery.EndpointSlice, services)
-	t.sliceOwner = make(map[types.NamespacedName]types.NamespacedName, slices)
+	t.sliceOwner = make(map[types.NamespacedName]string, slices)
 	t.results = make(map[types.NamespacedName]*serviceResult, services)
 	t.dirty = make(map[types.NamespacedName]struct{}, services)
 }
@@ -224,7 +224,7 @@ func (t *Tracker) upsertSlice(s *discovery.EndpointSlice) {
 		old := t.slicesBySvc[owner]
 		i, _ := slices.BinarySearchFunc(old, s.Name, func(x *discovery.EndpointSlice, name string) int { return cmp.Compare(x.Name, name) })
 		t.slicesBySvc[owner] = slices.Insert(slices.Clip(old), i, s)
-		t.sliceOwner[key] = owner
+		t.sliceOwner[key] = svcName
 		t.dirty[owner] = struct{}{}
 	}
 }
@@ -245,10 +245,11 @@ func (t *Tracker) removeSlice(key types.NamespacedName) {
 		delete(t.sliceNotes, key)
 		t.listsDirty = true
 	}
-	owner, ok := t.sliceOwner[key]
+	name, ok := t.sliceOwner[key]
 	if !ok {
 		return
 	}
+	owner := types.NamespacedName{Namespace: key.Namespace, Name: name}
 	delete(t.sliceOwner, key)
 	old := t.slicesBySvc[owner]
 	if i, found := slices.BinarySearchFunc(old, key.Name, func(x *discovery.EndpointSlice, name string) int { return cmp.Compare(x.Name, name) }); found {
