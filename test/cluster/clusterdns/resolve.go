@@ -23,6 +23,9 @@ import (
 // ttl is short: specs create and delete Services within seconds.
 const ttl = 5
 
+// maxCNAMEs bounds a chain of ExternalName Services naming each other.
+const maxCNAMEs = 4
+
 type resolver struct {
 	domain   string
 	services corelisters.ServiceLister
@@ -43,7 +46,7 @@ func (r *resolver) answer(req []byte) ([]byte, error) {
 		resp.RCode = dnsmessage.RCodeFormatError
 		return r.pack(resp, nil, nil)
 	}
-	rcode, records := r.lookup(q)
+	rcode, records := r.lookup(q, 0)
 	resp.RCode = rcode
 	resp.Authoritative = rcode != dnsmessage.RCodeRefused
 	return r.pack(resp, &q, records)
@@ -81,8 +84,9 @@ func (r *resolver) pack(h dnsmessage.Header, q *dnsmessage.Question, records []d
 // lookup resolves <service>.<namespace>.svc.<domain>. A Service that
 // exists answers NOERROR, with no records for types it has none of (AAAA
 // on this IPv4 cluster); one that does not is NXDOMAIN; a name outside the
-// domain is refused, as there is no upstream.
-func (r *resolver) lookup(q dnsmessage.Question) (dnsmessage.RCode, []dnsmessage.Resource) {
+// domain is refused, as there is no upstream. depth counts the CNAMEs
+// followed to get here.
+func (r *resolver) lookup(q dnsmessage.Question, depth int) (dnsmessage.RCode, []dnsmessage.Resource) {
 	name := strings.ToLower(q.Name.String())
 	suffix := ".svc." + strings.ToLower(strings.Trim(r.domain, ".")) + "."
 	if q.Class != dnsmessage.ClassINET || !strings.HasSuffix(name, suffix) && name != strings.TrimPrefix(suffix, ".") {
@@ -111,7 +115,16 @@ func (r *resolver) lookup(q dnsmessage.Question) (dnsmessage.RCode, []dnsmessage
 			return dnsmessage.RCodeSuccess, nil
 		}
 		hdr.Type = dnsmessage.TypeCNAME
-		return dnsmessage.RCodeSuccess, []dnsmessage.Resource{{Header: hdr, Body: &dnsmessage.CNAMEResource{CNAME: target}}}
+		out := []dnsmessage.Resource{{Header: hdr, Body: &dnsmessage.CNAMEResource{CNAME: target}}}
+		// A CNAME to another Service's name carries that name's records
+		// too, as CoreDNS answers: clients then need no second query (and
+		// have no upstream to ask for other names).
+		if q.Type != dnsmessage.TypeCNAME && depth < maxCNAMEs {
+			if rcode, more := r.lookup(dnsmessage.Question{Name: target, Type: q.Type, Class: q.Class}, depth+1); rcode == dnsmessage.RCodeSuccess {
+				out = append(out, more...)
+			}
+		}
+		return dnsmessage.RCodeSuccess, out
 	}
 	if q.Type != dnsmessage.TypeA && q.Type != dnsmessage.TypeALL {
 		return dnsmessage.RCodeSuccess, nil

@@ -32,6 +32,10 @@ func testResolver(t *testing.T) *resolver {
 		Spec: corev1.ServiceSpec{ClusterIP: "10.203.0.20", ClusterIPs: []string{"10.203.0.20"}}})
 	add(svcs, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "ext", Namespace: "ns1"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "foo.example.com"}})
+	add(svcs, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "alias", Namespace: "ns1"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "web.ns1.svc.cluster.local"}})
+	add(svcs, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "loop", Namespace: "ns1"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "loop.ns1.svc.cluster.local."}})
 	add(svcs, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "headless", Namespace: "ns2"},
 		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone}})
 	ready, notReady := true, false
@@ -103,6 +107,11 @@ func TestLookup(t *testing.T) {
 		{"WEB.NS1.svc.Cluster.Local.", dnsmessage.TypeA, dnsmessage.RCodeSuccess, []string{"10.203.0.20"}},
 		{"web.ns1.svc.cluster.local.", dnsmessage.TypeAAAA, dnsmessage.RCodeSuccess, nil},
 		{"ext.ns1.svc.cluster.local.", dnsmessage.TypeA, dnsmessage.RCodeSuccess, []string{"CNAME foo.example.com."}},
+		// An ExternalName naming another Service answers with its address.
+		{"alias.ns1.svc.cluster.local.", dnsmessage.TypeA, dnsmessage.RCodeSuccess, []string{"CNAME web.ns1.svc.cluster.local.", "10.203.0.20"}},
+		{"alias.ns1.svc.cluster.local.", dnsmessage.TypeCNAME, dnsmessage.RCodeSuccess, []string{"CNAME web.ns1.svc.cluster.local."}},
+		// A loop ends after maxCNAMEs+1 records.
+		{"loop.ns1.svc.cluster.local.", dnsmessage.TypeA, dnsmessage.RCodeSuccess, []string{"CNAME loop.ns1.svc.cluster.local.", "CNAME loop.ns1.svc.cluster.local.", "CNAME loop.ns1.svc.cluster.local.", "CNAME loop.ns1.svc.cluster.local.", "CNAME loop.ns1.svc.cluster.local."}},
 		// Ready and unknown-readiness endpoints, not the unready one, and
 		// nothing of the other Service's slice.
 		{"headless.ns2.svc.cluster.local.", dnsmessage.TypeA, dnsmessage.RCodeSuccess, []string{"10.202.1.5", "10.202.2.8"}},
