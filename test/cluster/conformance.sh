@@ -164,7 +164,7 @@ one() {
 	esac
 	step "$proxy" "e2e specs" e2e "$proxy" "$mode" || rc=$?
 	# What ran: the proxy's logs, for failures the table cannot explain.
-	cp "$D"/logs/kube-proxy-*.log "$res/" 2>/dev/null || true
+	cp "$D"/logs/kube-proxy-*.log "$D/logs/clusterdns.log" "$res/" 2>/dev/null || true
 	kubectl_ -n kube-system logs -l app.kubernetes.io/name=crossproxy --tail=-1 --prefix >"$res/crossproxy-pods.log" 2>&1 || true
 	[ "$proxy" != kube-proxy ] || step "$proxy" "stop kube-proxy" bash "$here/kubeproxy.sh" stop || rc=$?
 	stop_dns

@@ -48,7 +48,9 @@ func (r *resolver) answer(req []byte) ([]byte, error) {
 	}
 	rcode, records := r.lookup(q, 0)
 	resp.RCode = rcode
-	resp.Authoritative = rcode != dnsmessage.RCodeRefused
+	resp.Authoritative = r.inDomain(strings.ToLower(q.Name.String()))
+	// The pods' only resolver: say so, or BIND's tools warn on every query.
+	resp.RecursionAvailable = true
 	return r.pack(resp, &q, records)
 }
 
@@ -81,16 +83,28 @@ func (r *resolver) pack(h dnsmessage.Header, q *dnsmessage.Question, records []d
 	return b.Finish()
 }
 
+// inDomain reports whether a lower-case name is the cluster domain or
+// under it.
+func (r *resolver) inDomain(name string) bool {
+	d := strings.ToLower(strings.Trim(r.domain, ".")) + "."
+	return name == d || strings.HasSuffix(name, "."+d)
+}
+
 // lookup resolves <service>.<namespace>.svc.<domain>. A Service that
 // exists answers NOERROR, with no records for types it has none of (AAAA
-// on this IPv4 cluster); one that does not is NXDOMAIN; a name outside the
-// domain is refused, as there is no upstream. depth counts the CNAMEs
-// followed to get here.
+// on this IPv4 cluster); any other name is NXDOMAIN, also outside the
+// domain (there is no upstream): REFUSED would end a resolver's walk down
+// the search list (ndots:5 tries svc.ns.svc.cluster.local.cluster.local
+// before the name itself), NXDOMAIN makes it try the next. depth counts
+// the CNAMEs followed to get here.
 func (r *resolver) lookup(q dnsmessage.Question, depth int) (dnsmessage.RCode, []dnsmessage.Resource) {
 	name := strings.ToLower(q.Name.String())
 	suffix := ".svc." + strings.ToLower(strings.Trim(r.domain, ".")) + "."
-	if q.Class != dnsmessage.ClassINET || !strings.HasSuffix(name, suffix) && name != strings.TrimPrefix(suffix, ".") {
+	if q.Class != dnsmessage.ClassINET {
 		return dnsmessage.RCodeRefused, nil
+	}
+	if !strings.HasSuffix(name, suffix) {
+		return dnsmessage.RCodeNameError, nil
 	}
 	labelsOf := strings.Split(strings.TrimSuffix(name, suffix), ".")
 	if len(labelsOf) != 2 {

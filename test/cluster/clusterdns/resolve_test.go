@@ -119,8 +119,11 @@ func TestLookup(t *testing.T) {
 		{"ns1.svc.cluster.local.", dnsmessage.TypeA, dnsmessage.RCodeNameError, nil},
 		{"a.web.ns1.svc.cluster.local.", dnsmessage.TypeA, dnsmessage.RCodeNameError, nil},
 		{"web.ns1.svc.cluster.local.ns1.svc.cluster.local.", dnsmessage.TypeA, dnsmessage.RCodeNameError, nil},
-		{"example.com.", dnsmessage.TypeA, dnsmessage.RCodeRefused, nil},
-		{"web.ns1.svc.other.local.", dnsmessage.TypeA, dnsmessage.RCodeRefused, nil},
+		// Outside the Services' names NXDOMAIN, never REFUSED, so that a
+		// resolver walking its search list goes on to the next name.
+		{"web.ns1.svc.cluster.local.cluster.local.", dnsmessage.TypeA, dnsmessage.RCodeNameError, nil},
+		{"example.com.", dnsmessage.TypeA, dnsmessage.RCodeNameError, nil},
+		{"web.ns1.svc.other.local.", dnsmessage.TypeA, dnsmessage.RCodeNameError, nil},
 	} {
 		resp, err := r.answer(query(t, c.name, c.typ))
 		if err != nil {
@@ -135,6 +138,20 @@ func TestLookup(t *testing.T) {
 			if got[i] != c.want[i] {
 				t.Errorf("%s %v: %v, want %v", c.name, c.typ, got, c.want)
 			}
+		}
+	}
+	// Authoritative inside the domain only; recursion always "available".
+	for name, aa := range map[string]bool{"web.ns1.svc.cluster.local.": true, "nope.ns1.svc.cluster.local.": true, "example.com.": false} {
+		resp, err := r.answer(query(t, name, dnsmessage.TypeA))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m dnsmessage.Message
+		if err := m.Unpack(resp); err != nil {
+			t.Fatal(err)
+		}
+		if m.Header.Authoritative != aa || !m.Header.RecursionAvailable {
+			t.Errorf("%s: AA %v RA %v, want AA %v RA true", name, m.Header.Authoritative, m.Header.RecursionAvailable, aa)
 		}
 	}
 	if _, err := r.answer([]byte{1, 2}); err == nil {

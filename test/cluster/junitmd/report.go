@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -254,7 +255,7 @@ func (t table) cell(r runResult, spec string) string {
 }
 
 func mdEscape(s string) string {
-	return strings.NewReplacer("|", `\|`, "\n", " ", "<", "&lt;", ">", "&gt;").Replace(s)
+	return strings.NewReplacer("|", `\|`, "\n", " ", "<", "&lt;").Replace(s)
 }
 
 // counts are a run's pass, fail, skipped and not-run numbers over the
@@ -319,16 +320,19 @@ func (t table) markdown(sel selection, meta, notes string) string {
 }
 
 // stepsTable lists each step's wall time and the 1-minute load average
-// before and after it, per run, in the order the first run took them.
+// before and after it, per run, in the order the runs took them: a step
+// only one run has comes right after the step that run took before it.
 func (t table) stepsTable() string {
 	var names []string
-	seen := map[string]bool{}
 	for _, r := range t.runs {
+		prev := -1
 		for _, s := range r.steps {
-			if !seen[s.name] {
-				seen[s.name] = true
-				names = append(names, s.name)
+			if i := slices.Index(names, s.name); i >= 0 {
+				prev = i
+				continue
 			}
+			prev++
+			names = slices.Insert(names, prev, s.name)
 		}
 	}
 	if len(names) == 0 {

@@ -100,7 +100,7 @@ func TestTableFromReports(t *testing.T) {
 	// The second run stopped before two specs.
 	short := strings.Replace(junitXML, `<testcase name="[It] [sig-network] Services should complete a service status lifecycle [Conformance]" classname="Kubernetes e2e suite" status="timedout" time="300"><failure type="timedout">[TIMEDOUT] A suite timeout occurred</failure></testcase>`, "", 1)
 	short = strings.Replace(short, `status="failed" time="130.2"><failure type="failed">[FAILED] service is not reachable within 2m0s timeout on endpoint nodeport-test:80 over TCP protocol | a pipe&#xA;In [It] at: service.go:1310 @ 12/03/26 08:02:00</failure>`, `status="passed" time="20">`, 1)
-	b, err := loadRun("kube-proxy", writeRun(t, short, ""))
+	b, err := loadRun("kube-proxy", writeRun(t, short, "cluster up\t20.0\t1\t2\nstart kube-proxy\t1.0\t2\t2\ne2e specs\t500.0\t2\t3\nstop kube-proxy\t0.5\t3\t3\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,8 +140,8 @@ func TestTableFromReports(t *testing.T) {
 		"| 3 | [sig-network] Services should serve a basic endpoint from pods [Conformance] | pass (12 s) | pass (12 s) |",
 		"| fail | 2 | 0 |",
 		"| not run | 0 | 1 |",
-		"| cluster up | 30 s (3.10 → 4.20) | - |",
-		"| e2e specs | 600 s (4.20 → 5.00) | - |",
+		// Each run's own steps sit where that run took them.
+		"| cluster up | 30 s (3.10 → 4.20) | 20 s (1 → 2) |\n| start kube-proxy | - | 1 s (2 → 2) |\n| e2e specs | 600 s (4.20 → 5.00) | 500 s (2 → 3) |\n| stop kube-proxy | - | 0 s (3 → 3) |",
 		"make conformance at load 4",
 		"## Exceptions",
 	} {
