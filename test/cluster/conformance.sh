@@ -199,7 +199,7 @@ for p in "${proxies[@]}"; do runs+=(-run "$p=$out/$p"); done
 cd "$here"
 if [ "$mode" = full ]; then
 	go run ./junitmd -focus conformance.focus -mode full "${runs[@]}" -notes conformance-notes.md \
-		-meta "make conformance (test/cluster/conformance.sh $version), images and e2e.test ready in ${build_s}s, whole run ${total}s, load average $l0 at the start and $(cut -d' ' -f1-3 /proc/loadavg) at the end" \
+		-meta "crossproxy $version as the shipped DaemonSet, kube-proxy v1.37.2 in nftables mode, ${CONFORMANCE_PROCS:-3} specs at a time (CONFORMANCE_PROCS); images and e2enet.test ready in ${build_s}s, whole run ${total}s; load average $l0 at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end" \
 		-out "$root/test/results/conformance.md"
 	log "wrote test/results/conformance.md in ${total}s"
 else
