@@ -12,6 +12,8 @@
 # The specs resolve Service names: clusterdns answers them (cluster_dns).
 # Each cluster's up..down holds /tmp/xpc-cluster.lock (one cluster per
 # machine). Results, logs and JUnit: bin/conformance/PROXY/.
+# CONFORMANCE_FOCUS=FILE and CONFORMANCE_RESULT=FILE run another selection
+# into another table (conformance-services.focus: every Services spec).
 set -euo pipefail
 version=${1:?usage: conformance.sh VERSION IMAGE [full|short]} image=${2:?} mode=${3:-full}
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -21,6 +23,9 @@ D="${XPC_DIR:-/var/lib/xpc-cluster}"
 out="$root/bin/conformance"
 lock=/tmp/xpc-cluster.lock
 manifest="$root/dist/crossproxy-$version-linux.yaml"
+# Another selection (a focus file like conformance.focus) and its table.
+focus_file=$(realpath "${CONFORMANCE_FOCUS:-$here/conformance.focus}")
+result=$(realpath -m "${CONFORMANCE_RESULT:-$root/test/results/conformance.md}")
 archive="$root/dist/crossproxy-$version-image.tar"
 
 log() { echo "conformance: $*" >&2; }
@@ -48,7 +53,7 @@ ginkgo_args() {
 		short) [ "$1" != short ] || printf -- '%sfocus=%s\n' "$2" "$re" ;;
 		skip) printf -- '%sskip=%s\n' "$2" "$re" ;;
 		esac
-	done < <(grep -v '^\s*\(#\|$\)' "$here/conformance.focus")
+	done < <(grep -v '^\s*\(#\|$\)' "$focus_file")
 }
 
 kubectl_() { bash "$here/cluster.sh" kubectl "$@"; }
@@ -198,10 +203,10 @@ runs=()
 for p in "${proxies[@]}"; do runs+=(-run "$p=$out/$p"); done
 cd "$here"
 if [ "$mode" = full ]; then
-	go run ./junitmd -focus conformance.focus -mode full "${runs[@]}" -notes conformance-notes.md \
+	go run ./junitmd -focus "$focus_file" -mode full "${runs[@]}" -notes conformance-notes.md \
 		-meta "crossproxy $version as the shipped DaemonSet, kube-proxy v1.37.2 in nftables mode, ${CONFORMANCE_PROCS:-3} specs at a time (CONFORMANCE_PROCS); images and e2enet.test ready in ${build_s}s, whole run ${total}s; load average $l0 at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end" \
-		-out "$root/test/results/conformance.md"
-	log "wrote test/results/conformance.md in ${total}s"
+		-out "$result"
+	log "wrote $result in ${total}s"
 else
-	go run ./junitmd -focus conformance.focus -mode short "${runs[@]}" -check
+	go run ./junitmd -focus "$focus_file" -mode short "${runs[@]}" -check
 fi

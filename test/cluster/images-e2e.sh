@@ -4,8 +4,8 @@
 # e2e v1.37.2 asks for, so pods with imagePullPolicy IfNotPresent find them:
 #   registry.k8s.io/e2e-test-images/agnhost:2.66.1   agnhost (build-e2e.sh)
 #       as /agnhost, Cmd ["pause"], in a userland like upstream's alpine one:
-#       busybox (sh and the coreutils), curl, nc (netcat-openbsd: -v -t -w,
-#       -u), nslookup and dig, ip and ss, bash; dynamic binaries with the
+#       busybox (the coreutils), dash as sh, curl, wget, nc (netcat-openbsd:
+#       -v -t -w, -u), nslookup and dig, ip and ss, bash; dynamic binaries with the
 #       libraries ldd names and the loader, from this host's Debian packages
 #   registry.k8s.io/e2e-test-images/busybox:1.37.0-2   busybox-static
 #   registry.k8s.io/e2e-test-images/regression-issue-74839:1.5   its binary
@@ -22,7 +22,7 @@ busybox_ref=registry.k8s.io/e2e-test-images/busybox:1.37.0-2
 pause_ref=registry.k8s.io/pause:3.10.2
 regression_ref=registry.k8s.io/e2e-test-images/regression-issue-74839:1.5
 
-pkgs=(busybox-static netcat-openbsd bind9-dnsutils curl iproute2 bash)
+pkgs=(busybox-static netcat-openbsd bind9-dnsutils curl wget iproute2 bash dash)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -89,6 +89,9 @@ dyn "$a" /usr/bin/dig
 dyn "$a" /usr/sbin/ip
 dyn "$a" /usr/bin/ss
 dyn "$a" /usr/bin/bash
+# GNU wget: the static busybox's wget segfaults on every fetch (static glibc
+# cannot load the NSS modules getaddrinfo wants), even of an IP address.
+dyn "$a" /usr/bin/wget
 # /bin/sh is dash: Debian's static busybox shell runs its own applets before
 # PATH (nc, ip, wget would be busybox's, not the tools e2e expects).
 dyn "$a" /usr/bin/dash
@@ -111,7 +114,7 @@ dig -v|DiG
 ip -V|iproute2
 ss -V|iproute2
 bash --version|GNU bash
-wget --help|BusyBox
+wget --version|GNU Wget
 sleep 0 && date +%Y|^20
 CHECKS
 "$ociimage" -ref "$agnhost_ref" -created $created -archive "$out/agnhost.tar" \
