@@ -265,6 +265,11 @@ authentication:
 authorization: {mode: AlwaysAllow}
 failSwapOn: false
 resolvConf: ""
+# Pods resolve Service names at 10.201.0.1 in xpc-cp, where make conformance
+# runs clusterdns (reached over the node's default route, not through the
+# proxy under test); without it, names fail and IPs work as before.
+clusterDNS: [$api_ip]
+clusterDomain: cluster.local
 podLogsDir: "$nd/pod-logs"
 evictionHard: {memory.available: "50Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 imageGCHighThresholdPercent: 100

@@ -82,9 +82,9 @@ node_ready() {
 # cluster_dns: the specs reach Services by name, so the cluster needs DNS:
 # clusterdns in xpc-cp on 10.201.0.1:53 (reached from pods over the node's
 # default route, not through the proxy under test), and the kubelets'
-# clusterDNS pointing at it. cluster.sh's kubelet configuration has no
-# clusterDNS yet: until it does, add it and restart each kubelet with its
-# own command line (the pid file is cluster.sh's, so down stops the new one).
+# clusterDNS pointing at it (cluster.sh sets it; a kubelet configuration
+# without it, from an older cluster.sh, gets it and a restart with the
+# kubelet's own command line, whose pid file down then stops).
 cluster_dns() {
 	local n pid args
 	setsid nsenter --net=/run/netns/xpc-cp "$k8s_bin/clusterdns" --kubeconfig "$D/pki/admin.kubeconfig" \
