@@ -2,9 +2,9 @@ package kube
 
 import (
 	"fmt"
+	"github.com/crossproxy/crossproxy/test/heapstat"
 	"os"
 	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"testing"
 
@@ -99,7 +99,7 @@ func BenchmarkInformerCache(b *testing.B) {
 	dec := scheme.Codecs.UniversalDeserializer()
 	var held uint64
 	for b.Loop() {
-		before := heapInuse()
+		before := heapstat.Inuse()
 		c := &compactor{}
 		indexers := cache.Indexers{} // as Source.Run makes them
 		svcStore := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, indexers)
@@ -125,32 +125,13 @@ func BenchmarkInformerCache(b *testing.B) {
 				}
 			}
 		}
-		held = heapInuse() - before
+		held = heapstat.Inuse() - before
 		if path := os.Getenv("XPK_CACHE_HEAPPROFILE"); path != "" {
-			writeHeapProfile(b, path)
+			heapstat.WriteProfile(b, path)
 		}
 		runtime.KeepAlive(svcStore)
 		runtime.KeepAlive(sliceStore)
 	}
 	b.ReportMetric(float64(held)/float64(n), "held-B/service")
 	b.ReportMetric(float64(held)/(1<<20), "held-MiB")
-}
-
-func heapInuse() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapInuse
-}
-
-func writeHeapProfile(b *testing.B, path string) {
-	f, err := os.Create(path)
-	if err != nil {
-		b.Fatalf("heap profile: %v", err)
-	}
-	defer f.Close()
-	if err := pprof.WriteHeapProfile(f); err != nil {
-		b.Fatalf("heap profile: %v", err)
-	}
 }

@@ -6,13 +6,13 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/crossproxy/crossproxy/test/heapstat"
 	"math"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -289,7 +289,7 @@ func scaleHeap(b *testing.B, e *env, n int) {
 	{
 		runtime.GC()
 		debug.FreeOSMemory()
-		before := heapInuse()
+		before := heapstat.Inuse()
 		base := heapProfile()
 		log := logrus.New()
 		log.SetLevel(logrus.WarnLevel)
@@ -318,10 +318,10 @@ func scaleHeap(b *testing.B, e *env, n int) {
 		if r.Err != nil || !r.Full {
 			b.Fatalf("first sync: full %v, %v", r.Full, r.Err)
 		}
-		held := heapInuse() - before
+		held := heapstat.Inuse() - before
 		prof := heapProfile()
 		if path := os.Getenv("XPS_HEAPPROFILE"); path != "" {
-			writeHeapProfile(b, path)
+			heapstat.WriteProfile(b, path)
 		}
 		b.ReportMetric(float64(held)/(1<<20), "steady-heap-MiB")
 		b.Logf("%d Services: first full sync %v; heap held after GC %.1f MiB (load %s)", n, r.Duration.Round(time.Millisecond), float64(held)/(1<<20), loadavg())
@@ -331,20 +331,6 @@ func scaleHeap(b *testing.B, e *env, n int) {
 		<-done
 		_ = backend.Cleanup(context.Background())
 		_ = backend.Close()
-	}
-}
-
-// writeHeapProfile writes the heap profile (XPS_HEAPPROFILE=path) for `go
-// tool pprof -sample_index=inuse_space`, to see which functions the owners'
-// bytes come from.
-func writeHeapProfile(b *testing.B, path string) {
-	f, err := os.Create(path)
-	if err != nil {
-		b.Fatalf("heap profile: %v", err)
-	}
-	defer f.Close()
-	if err := pprof.WriteHeapProfile(f); err != nil {
-		b.Fatalf("heap profile: %v", err)
 	}
 }
 

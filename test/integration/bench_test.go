@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"github.com/crossproxy/crossproxy/test/heapstat"
 	"os"
 	"runtime"
 	"slices"
@@ -121,14 +122,6 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func heapInuse() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapInuse
-}
-
 // BenchmarkInformerPath10kServices100kEndpoints measures what crossproxy's
 // API side costs for a large cluster, against the real apiserver: the
 // initial list and watch of 10,000 Services and 10,000 EndpointSlices
@@ -153,7 +146,7 @@ func BenchmarkInformerPath10kServices100kEndpoints(b *testing.B) {
 	client := kubernetes.NewForConfigOrDie(cfg)
 	b.ResetTimer()
 	for range b.N {
-		heap0, cpu0 := heapInuse(), cpuTime()
+		heap0, cpu0 := heapstat.Inuse(), cpuTime()
 		tracker, err := core.NewTracker(core.Options{IPFamilies: []v1.IPFamily{v1.IPv4Protocol}})
 		if err != nil {
 			b.Fatal(err)
@@ -170,7 +163,7 @@ func BenchmarkInformerPath10kServices100kEndpoints(b *testing.B) {
 		st, _ := tracker.Snapshot()
 		compute := time.Since(t1)
 		cpuTotal := cpuTime() - cpu0
-		heap := heapInuse() - heap0
+		heap := heapstat.Inuse() - heap0
 		eps := 0
 		for _, p := range st.Ports {
 			eps += len(p.ClusterEndpoints)
