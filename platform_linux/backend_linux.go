@@ -55,8 +55,8 @@ type Backend struct {
 type SyncStats struct {
 	Full     bool
 	Commands int
-	Build    time.Duration // model and plan
-	Encode   time.Duration // netlink messages
+	Build    time.Duration // model and plan; a full sync's includes encoding (one pass)
+	Encode   time.Duration // netlink messages (partial syncs)
 	Kernel   time.Duration // send and wait for the kernel's answer
 	Apply    time.Duration // Encode + Kernel
 	// Skipped are the changed (partial) or all (full) ports left out
@@ -193,30 +193,52 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 	return nil
 }
 
+// syncFull streams the whole ruleset into one batch: each shard's ports are
+// built, planned and encoded in turn (fullBuild), so the sync holds the
+// encoded batch and one shard's objects, not the ruleset and its command
+// list besides. The batch is still one transaction.
 func (b *Backend) syncFull(ctx context.Context, state *core.NodeState) error {
 	start := time.Now()
-	rs := Build(state, b.cfg)
 	existing, err := b.inventory()
 	if err != nil {
 		b.applied = nil
 		return err
 	}
-	b.logSkipped(rs.Skipped)
-	plan := planFull(rs, existing, b.recreate)
+	fb := newFullBuild(state, b.cfg)
+	b.logSkipped(fb.skipped)
+	next := fb.newApplied()
+	w := b.encoder.writer(fb.commands())
+	recreate := b.recreate
+	planFull(fb.names(), fb.tables(next.record), existing, recreate, w)
+	msgs, err := w.finish()
+	if err != nil {
+		b.applied, b.recreate = nil, true
+		return fmt.Errorf("full sync of table inet %s: %w", fb.table, err)
+	}
 	built := time.Since(start)
 	// A sync that ran out of time before its batch went out changes nothing:
 	// the previous rules and what the backend knows of them stay as they are.
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("full sync of table inet %s not sent: %w", rs.Table, err)
+		return fmt.Errorf("full sync of table inet %s not sent: %w", fb.table, err)
 	}
-	if err := b.apply(plan); err != nil {
+	// Naming a refused command is rare: the commands are planned again then,
+	// into a list this time (the plan is deterministic).
+	describe := func(i int) string {
+		ops := planRuleset(Build(state, b.cfg), existing, recreate).Ops
+		if msgs.messages()-2 != len(ops) || i < 0 || i >= len(ops) {
+			return fmt.Sprintf("command %d", i)
+		}
+		return describeOp(ops[i])
+	}
+	b.lastEncode = 0
+	if err := b.send(msgs, describe); err != nil {
 		b.applied, b.recreate = nil, true
-		return fmt.Errorf("full sync of table inet %s: %w", rs.Table, err)
+		return fmt.Errorf("full sync of table inet %s: %w", fb.table, err)
 	}
-	b.applied, b.recreate = newApplied(rs, b.cfg), false
-	b.stats = SyncStats{Full: true, Commands: plan.Len(), Build: built, Encode: b.lastEncode, Kernel: b.lastKernel, Apply: time.Since(start) - built,
-		Skipped: rs.Skipped}
-	b.log.WithFields(logrus.Fields{"ports": len(rs.Ports), "commands": plan.Len(), "took": time.Since(start)}).Debug("full sync")
+	b.applied, b.recreate = next, false
+	b.stats = SyncStats{Full: true, Commands: w.Len(), Build: built, Kernel: b.lastKernel, Apply: time.Since(start) - built,
+		Skipped: fb.skipped}
+	b.log.WithFields(logrus.Fields{"ports": len(fb.keys), "commands": w.Len(), "took": time.Since(start)}).Debug("full sync")
 	return nil
 }
 
@@ -308,21 +330,27 @@ func (b *Backend) inventory() (map[string]inventory, error) {
 	return out, nil
 }
 
-// apply encodes the batch with google/nftables and sends it in one write.
+// apply encodes a planned batch and sends it in one write.
 func (b *Backend) apply(batch *batch) error {
 	start := time.Now()
-	msgs, err := b.encoder.encode(batch, b.batches.reserve(len(batch.Ops)+2))
+	msgs, err := b.encoder.encode(batch)
 	if err != nil {
 		return err
 	}
 	b.lastEncode = time.Since(start)
-	defer func() { b.lastKernel = time.Since(start) - b.lastEncode }()
-	describe := func(i int) string {
+	return b.send(msgs, func(i int) string {
 		if msgs.messages()-2 != len(batch.Ops) || i < 0 || i >= len(batch.Ops) {
 			return fmt.Sprintf("command %d", i)
 		}
 		return describeOp(batch.Ops[i])
-	}
+	})
+}
+
+// send hands an encoded batch to the kernel in one write and waits for its
+// verdict; describe(i) names the i-th command of a refused batch.
+func (b *Backend) send(msgs *batchBuf, describe func(i int) string) error {
+	start := time.Now()
+	defer func() { b.lastKernel = time.Since(start) }()
 	return b.batches.send(b.ns, msgs, describe)
 }
 

@@ -355,7 +355,7 @@ func TestBatchOverManyChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	full := b.LastSync()
-	enc, err := b.encoder.encode(planFull(Build(st, b.cfg), map[string]inventory{}, false), 1)
+	enc, err := b.encoder.encode(planRuleset(Build(st, b.cfg), map[string]inventory{}, false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -501,5 +501,29 @@ func TestNamespaceSwitchNeverOnCallersThread(t *testing.T) {
 	}
 	if now, _ := os.Readlink("/proc/thread-self/ns/net"); now != self {
 		t.Errorf("caller's thread moved from %s to %s", self, now)
+	}
+}
+
+// TestRefusedFullSyncNamesTheCommand has the kernel refuse a streamed full
+// sync (a set of the same name but another type is in the way) and checks
+// the error names the refused command, planned again for the purpose; the
+// next full sync recreates the table and succeeds.
+func TestRefusedFullSyncNamesTheCommand(t *testing.T) {
+	ns := testNS(t)
+	b := newTestBackend(t, ns)
+	nftIn(t, ns, "add", "table", "inet", "crossproxy")
+	nftIn(t, ns, "add", "set", "inet", "crossproxy", "cluster-ips-v4", "{ type ipv6_addr; }")
+	err := b.Sync(context.Background(), testState(), core.Changes{Full: true})
+	if err == nil {
+		t.Fatal("the kernel took a set of another type")
+	}
+	if !strings.Contains(err.Error(), "add set inet crossproxy cluster-ips-v4 { type ipv4_addr; }") {
+		t.Fatalf("error does not name the refused command: %v", err)
+	}
+	if err := b.Sync(context.Background(), testState(), core.Changes{Full: true}); err != nil {
+		t.Fatalf("full sync after the refusal: %v", err)
+	}
+	if out := nftIn(t, ns, "list", "set", "inet", "crossproxy", "cluster-ips-v4"); !strings.Contains(out, "type ipv4_addr") {
+		t.Fatalf("the set was not recreated:\n%s", out)
 	}
 }

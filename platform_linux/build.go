@@ -5,6 +5,7 @@ import (
 	"encoding/base32"
 	"encoding/binary"
 	"fmt"
+	"iter"
 	"net/netip"
 	"slices"
 	"sort"
@@ -212,25 +213,119 @@ func parsePortChain(name string) (kind, service string, ok bool) {
 // Build computes the whole ruleset for a NodeState, without the ports
 // inexpressible refuses (listed in Skipped).
 func Build(state *core.NodeState, cfg Config) *ruleset {
+	f := newFullBuild(state, cfg)
+	rs := &ruleset{Table: f.table, Shards: f.cfg.Shards, Globals: f.globals, Skipped: f.skipped,
+		Ports: make([]*portObjects, len(f.keys))}
+	for i, k := range f.keys {
+		rs.Ports[i] = buildPort(state.Ports[k], f.dets.of(state, k.Family), f.cfg)
+	}
+	return rs
+}
+
+// fullBuild is a full sync's ruleset, built one shard at a time as the
+// planner reaches it: at 10,000 Services the built objects of the whole
+// ruleset (about 27 MB) and its command list (16 MB) would otherwise sit on
+// top of the encoded batch at the memory peak of a proxy's life. The ports
+// are visited in key order; buildPort being deterministic, the batch is the
+// same as planning Build's ruleset (TestStreamedPlanIsTheRulesetsPlan).
+type fullBuild struct {
+	state   *core.NodeState
+	cfg     Config // Shards set
+	table   string
+	globals *globals
+	keys    []core.PortKey // the expressible ports, in key order
+	shards  [][]int32      // per shard, indexes into keys
+	skipped []Skipped
+	dets    detects
+}
+
+func newFullBuild(state *core.NodeState, cfg Config) *fullBuild {
 	if cfg.Shards <= 0 {
 		cfg.Shards = shardCount(len(state.Ports))
 	}
-	rs := &ruleset{Table: cfg.table(), Shards: cfg.Shards, Globals: buildGlobals(state)}
-	keys := make([]core.PortKey, 0, len(state.Ports))
+	f := &fullBuild{state: state, cfg: cfg, table: cfg.table(), globals: buildGlobals(state),
+		keys: make([]core.PortKey, 0, len(state.Ports)), shards: make([][]int32, cfg.Shards), dets: detects{}}
 	for k := range state.Ports {
-		keys = append(keys, k)
+		f.keys = append(f.keys, k)
 	}
-	slices.SortFunc(keys, core.PortKey.Compare)
-	dets := detects{}
-	for _, k := range keys {
-		p := state.Ports[k]
-		if why := inexpressible(p); why != "" {
-			rs.Skipped = append(rs.Skipped, Skipped{Key: k, Reason: why})
+	slices.SortFunc(f.keys, core.PortKey.Compare)
+	kept := f.keys[:0]
+	for _, k := range f.keys {
+		if why := inexpressible(state.Ports[k]); why != "" {
+			f.skipped = append(f.skipped, Skipped{Key: k, Reason: why})
 			continue
 		}
-		rs.Ports = append(rs.Ports, buildPort(p, dets.of(state, k.Family), cfg))
+		_, shard := portHash(k, cfg.Shards)
+		f.shards[shard] = append(f.shards[shard], int32(len(kept)))
+		kept = append(kept, k)
 	}
-	return rs
+	f.keys = kept
+	return f
+}
+
+// names are the tables of the ruleset: the main table, then the shards.
+func (f *fullBuild) names() []string { return tableNames(f.table, f.cfg.Shards) }
+
+// commands estimates the batch's number of commands (it sizes the first
+// chunk only).
+func (f *fullBuild) commands() int { return 12 * len(f.keys) }
+
+// newApplied is the empty record of what this build programs, sized for it;
+// tables fills it port by port.
+func (f *fullBuild) newApplied() *applied {
+	eps := 0
+	for _, k := range f.keys {
+		eps += len(f.state.Ports[k].ClusterEndpoints)
+	}
+	return newAppliedSized(f.table, f.globals, f.cfg, len(f.keys), eps)
+}
+
+// shared gathers the main table's shared sets straight from the ports,
+// before any is built: the main table comes first in the batch. A port's
+// addresses there are its ClusterIP and its cluster then local endpoints,
+// as buildPort records them.
+func (f *fullBuild) shared() *sharedAddrs {
+	var n sharedCounts
+	for _, k := range f.keys {
+		n.add(k.Family, len(f.state.Ports[k].ClusterEndpoints))
+	}
+	s := newSharedAddrs(n)
+	for _, k := range f.keys {
+		p := f.state.Ports[k]
+		i := familyIndex(k.Family)
+		s.clusterIPs[i].add(p.ClusterIP, false)
+		for _, set := range [][]core.Endpoint{p.ClusterEndpoints, p.LocalEndpoints} {
+			for _, ep := range set {
+				s.hairpins[i].add(ep.Addr, true)
+			}
+		}
+	}
+	return s
+}
+
+// tables yields the main table and then each shard, whose ports are built
+// when it is reached and dropped once the consumer moves on; record sees
+// every port built.
+func (f *fullBuild) tables(record func(*portObjects)) iter.Seq[*tableContent] {
+	return func(yield func(*tableContent) bool) {
+		main := mainContent(f.table, f.globals)
+		f.shared().fill(main)
+		if !yield(main) {
+			return
+		}
+		for i, idx := range f.shards {
+			t := shardContent(f.table, i, f.globals)
+			for _, j := range idx {
+				k := f.keys[j]
+				p := buildPort(f.state.Ports[k], f.dets.of(f.state, k.Family), f.cfg)
+				t.addPort(p)
+				record(p)
+			}
+			if !yield(t) {
+				return
+			}
+		}
+	}
 }
 
 // detects hands out one copy of each family's local detection per sync, so

@@ -17,7 +17,7 @@ func BenchmarkBuildPlan10k(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		rs := Build(st, Config{})
-		planFull(rs, nil, false)
+		planRuleset(rs, nil, false)
 	}
 }
 

@@ -189,36 +189,79 @@ const (
 	msgNewChain = unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_NEWCHAIN
 )
 
-// encode writes a batch as netlink messages (batch begin and end included)
-// into a batchBuf whose sequence numbers start at seq.
-func (e *ruleEncoder) encode(batch *batch, seq uint32) (*batchBuf, error) {
-	out := newBatchBuf(seq, len(batch.Ops))
-	batchMark := func(typ uint16) {
-		out.start(typ, unix.NLM_F_REQUEST)
-		out.buf = append(out.buf, unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES)
-		out.end()
+// batchWriter encodes commands one by one as a planner hands them over (it
+// is an opSink), so a full sync never holds its commands, only their bytes.
+// The first error sticks: later commands are dropped and finish reports it.
+type batchWriter struct {
+	enc   *ruleEncoder
+	out   *batchBuf
+	setID uint32
+	ops   int
+	err   error
+}
+
+// writer starts a batch (its begin message); commands is the expected number
+// of commands, which only sizes the first chunk.
+func (e *ruleEncoder) writer(commands int) *batchWriter {
+	w := &batchWriter{enc: e, out: newBatchBuf(commands)}
+	w.mark(unix.NFNL_MSG_BATCH_BEGIN)
+	return w
+}
+
+func (w *batchWriter) mark(typ uint16) {
+	w.out.start(typ, unix.NLM_F_REQUEST)
+	w.out.buf = append(w.out.buf, unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES)
+	w.out.end()
+}
+
+// add encodes one command.
+func (w *batchWriter) add(op Op) {
+	if w.err != nil {
+		return
 	}
-	batchMark(unix.NFNL_MSG_BATCH_BEGIN)
-	setID := uint32(0)
-	for _, op := range batch.Ops {
-		switch {
-		case op.Kind == OpAddRule:
-			out.start(msgNewRule, unix.NLM_F_REQUEST|unix.NLM_F_CREATE|unix.NLM_F_APPEND)
-			var err error
-			if out.buf, err = e.appendRule(out.buf, op.Table, op.Chain.Name, op.Rule); err != nil {
-				return nil, err
-			}
-			out.end()
-		case op.Kind == OpAddChain && op.Chain.Hook == nil:
-			out.start(msgNewChain, unix.NLM_F_REQUEST|unix.NLM_F_CREATE)
-			out.buf = appendChain(out.buf, op.Table, op.Chain.Name)
-			out.end()
-		default:
-			if err := appendOp(out, op, &setID); err != nil {
-				return nil, err
-			}
+	out := w.out
+	switch {
+	case op.Kind == OpAddRule:
+		out.start(msgNewRule, unix.NLM_F_REQUEST|unix.NLM_F_CREATE|unix.NLM_F_APPEND)
+		out.buf, w.err = w.enc.appendRule(out.buf, op.Table, op.Chain.Name, op.Rule)
+		if w.err != nil {
+			return
+		}
+		out.end()
+	case op.Kind == OpAddChain && op.Chain.Hook == nil:
+		out.start(msgNewChain, unix.NLM_F_REQUEST|unix.NLM_F_CREATE)
+		out.buf = appendChain(out.buf, op.Table, op.Chain.Name)
+		out.end()
+	default:
+		if w.err = appendOp(out, op, &w.setID); w.err != nil {
+			return
 		}
 	}
-	batchMark(unix.NFNL_MSG_BATCH_END)
-	return out, nil
+	w.ops++
+}
+
+// Len is the number of commands written.
+func (w *batchWriter) Len() int { return w.ops }
+
+// finish ends the batch: the last command asks for the ACK, then the batch
+// end message. Sequence numbers are given when the batch is sent.
+func (w *batchWriter) finish() (*batchBuf, error) {
+	if w.err != nil {
+		return nil, w.err
+	}
+	if w.ops > 0 {
+		w.out.ackLast()
+	}
+	w.mark(unix.NFNL_MSG_BATCH_END)
+	return w.out, nil
+}
+
+// encode writes a planned batch as netlink messages, batch begin and end
+// included.
+func (e *ruleEncoder) encode(batch *batch) (*batchBuf, error) {
+	w := e.writer(len(batch.Ops))
+	for _, op := range batch.Ops {
+		w.add(op)
+	}
+	return w.finish()
 }

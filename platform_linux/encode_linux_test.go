@@ -140,8 +140,8 @@ func TestOpEncodingMatchesLibrary(t *testing.T) {
 		"crossproxy-0": {Sets: []string{"frontends-v4"}},
 		"crossproxy-7": {},
 	}
-	batch := planFull(rs, existing, false)
-	batch.Ops = append(batch.Ops, planFull(rs, nil, true).Ops...)
+	batch := planRuleset(rs, existing, false)
+	batch.Ops = append(batch.Ops, planRuleset(rs, nil, true).Ops...)
 	var affinity, anyChain *Chain
 	for _, p := range rs.Ports {
 		for _, c := range p.Chains {
@@ -167,10 +167,11 @@ func TestOpEncodingMatchesLibrary(t *testing.T) {
 		}
 	}
 
-	got, err := newRuleEncoder().encode(batch, 100)
+	got, err := newRuleEncoder().encode(batch)
 	if err != nil {
 		t.Fatal(err)
 	}
+	got.number(100)
 	chunks, _ := got.all()
 	msgs, err := syscall.ParseNetlinkMessage(bytes.Join(chunks, nil))
 	if err != nil {
@@ -219,5 +220,34 @@ func TestBatchChunksStayFewForHugeBatches(t *testing.T) {
 	}
 	if chunks > 512 {
 		t.Fatalf("%d chunks for %d MiB", chunks, written>>20)
+	}
+}
+
+// TestStreamedBatchIsTheEncodedPlan checks that the batch a full sync streams
+// (built, planned and encoded shard by shard) is byte for byte the encoding
+// of the planned ruleset, over several chunks.
+func TestStreamedBatchIsTheEncodedPlan(t *testing.T) {
+	st := scaleStateN(3000, 10)
+	want, err := newRuleEncoder().encode(planRuleset(Build(st, Config{}), nil, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb := newFullBuild(st, Config{})
+	w := newRuleEncoder().writer(fb.commands())
+	planFull(fb.names(), fb.tables(func(*portObjects) {}), nil, false, w)
+	got, err := w.finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.number(7)
+	got.number(7)
+	wc, wsize := want.all()
+	gc, gsize := got.all()
+	if len(wc) < 3 {
+		t.Fatalf("the test batch is %d bytes in %d chunks; it needs several", wsize, len(wc))
+	}
+	if gsize != wsize || !bytes.Equal(bytes.Join(gc, nil), bytes.Join(wc, nil)) || got.ack != want.ack || got.messages() != want.messages() {
+		t.Fatalf("streamed batch: %d bytes, %d messages, ack %d; planned: %d bytes, %d messages, ack %d",
+			gsize, got.messages(), got.ack, wsize, want.messages(), want.ack)
 	}
 }

@@ -170,9 +170,12 @@ type batchBuf struct {
 	chunks [][]byte
 	buf    []byte // the chunk being written
 	hdr    int    // offset in buf of the message being written
-	seq    uint32 // sequence number of the first message
+	seq    uint32 // sequence number of the first message, set by number
 	n      int    // messages written
 	ack    int    // index of the message that asks for an ACK: the last command
+	// lastChunk and lastHdr locate the last finished message (its chunk's
+	// index, len(chunks) for buf, and its offset), which ackLast marks.
+	lastChunk, lastHdr int
 	// limit is the size at which buf is closed and a new chunk begun;
 	// written is the size of the closed chunks.
 	limit, written int
@@ -184,8 +187,10 @@ type batchBuf struct {
 // (UIO_MAXIOV).
 func chunkLimit(written int) int { return max(batchChunk, written/64) }
 
-func newBatchBuf(seq uint32, commands int) *batchBuf {
-	return &batchBuf{seq: seq, ack: commands, limit: batchChunk, buf: make([]byte, 0, min(batchChunk, 256*(commands+2)))}
+// newBatchBuf starts a batch whose size the caller expects from its number
+// of commands (a full sync streams its commands and passes an estimate).
+func newBatchBuf(commands int) *batchBuf {
+	return &batchBuf{ack: -1, limit: batchChunk, buf: make([]byte, 0, min(batchChunk, 256*(commands+2)))}
 }
 
 // start begins a message; its payload is appended to b.buf, then end.
@@ -197,14 +202,10 @@ func (b *batchBuf) start(typ, flags uint16) {
 		b.buf = make([]byte, 0, b.limit+b.limit/8)
 	}
 	flags &^= unix.NLM_F_ACK | unix.NLM_F_ECHO
-	if b.n == b.ack {
-		flags |= unix.NLM_F_ACK
-	}
 	b.hdr = len(b.buf)
 	var h [16]byte
 	binary.NativeEndian.PutUint16(h[4:6], typ)
 	binary.NativeEndian.PutUint16(h[6:8], flags)
-	binary.NativeEndian.PutUint32(h[8:12], b.seq+uint32(b.n))
 	b.buf = append(b.buf, h[:]...)
 }
 
@@ -214,7 +215,34 @@ func (b *batchBuf) end() {
 	for len(b.buf)%4 != 0 {
 		b.buf = append(b.buf, 0)
 	}
+	b.lastChunk, b.lastHdr = len(b.chunks), b.hdr
 	b.n++
+}
+
+// ackLast makes the last finished message the one that asks for an ACK. A
+// streamed batch learns which command is its last only once it is written.
+func (b *batchBuf) ackLast() {
+	c := b.buf
+	if b.lastChunk < len(b.chunks) {
+		c = b.chunks[b.lastChunk]
+	}
+	flags := binary.NativeEndian.Uint16(c[b.lastHdr+6:])
+	binary.NativeEndian.PutUint16(c[b.lastHdr+6:], flags|unix.NLM_F_ACK)
+	b.ack = b.n - 1
+}
+
+// number gives the messages the sequence numbers first, first+1, and so on,
+// in place: each message lies whole in one chunk.
+func (b *batchBuf) number(first uint32) {
+	b.seq = first
+	seq := first
+	for _, c := range append(b.chunks[:len(b.chunks):len(b.chunks)], b.buf) {
+		for off := 0; off+16 <= len(c); {
+			binary.NativeEndian.PutUint32(c[off+8:], seq)
+			seq++
+			off += nlAlign(int(binary.NativeEndian.Uint32(c[off:])))
+		}
+	}
 }
 
 // messages is the number of messages, batch begin and end included.
@@ -230,15 +258,6 @@ func (b *batchBuf) all() ([][]byte, int) {
 	return out, size
 }
 
-// reserve returns the first of n sequence numbers for a batch.
-func (c *batchConn) reserve(n int) uint32 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	first := c.seq + 1
-	c.seq += uint32(n)
-	return first
-}
-
 // send sends an encoded batch in one write and waits for the kernel's
 // verdict; describe(i) names the i-th command for errors.
 func (c *batchConn) send(ns netNS, batch *batchBuf, describe func(i int) string) error {
@@ -250,6 +269,10 @@ func (c *batchConn) send(ns netNS, batch *batchBuf, describe func(i int) string)
 	if err := c.open(ns); err != nil {
 		return err
 	}
+	// Sequence numbers grow across batches, so a late reply to an earlier
+	// batch is never taken for this one's.
+	batch.number(c.seq + 1)
+	c.seq += uint32(batch.messages())
 	err := c.exchange(batch, describe)
 	if err != nil {
 		c.reset()

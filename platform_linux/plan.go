@@ -2,6 +2,7 @@ package nft
 
 import (
 	"fmt"
+	"iter"
 	"net/netip"
 	"slices"
 	"sort"
@@ -176,13 +177,24 @@ func newApplied(rs *ruleset, cfg Config) *applied {
 		eps += len(p.Endpoints)
 	}
 	cfg.Shards = rs.Shards
-	a := &applied{Table: rs.Table, Shards: rs.Shards, Globals: rs.Globals, Ports: make(map[core.PortKey]appliedPort, len(rs.Ports)), cfg: cfg,
-		clusterIPs: newUseCounts(len(rs.Ports)), hairpin: newUseCounts(eps)}
+	a := newAppliedSized(rs.Table, rs.Globals, cfg, len(rs.Ports), eps)
 	for _, p := range rs.Ports {
-		a.Ports[p.Key] = p.From
-		a.count(p, 1)
+		a.record(p)
 	}
 	return a
+}
+
+// newAppliedSized is an empty record for about ports ports and eps endpoint
+// addresses, built with cfg (Shards set).
+func newAppliedSized(table string, g *globals, cfg Config, ports, eps int) *applied {
+	return &applied{Table: table, Shards: cfg.Shards, Globals: g, Ports: make(map[core.PortKey]appliedPort, ports), cfg: cfg,
+		clusterIPs: newUseCounts(ports), hairpin: newUseCounts(eps)}
+}
+
+// record adds one programmed port.
+func (a *applied) record(p *portObjects) {
+	a.Ports[p.Key] = p.From
+	a.count(p, 1)
 }
 
 // objects builds the programmed objects of port k again, nil when k is not
@@ -208,7 +220,7 @@ func (a *applied) count(p *portObjects, d int) {
 // attribute limit.
 const maxElementsPerOp = 200
 
-func (b *batch) elements(kind opKind, table string, s Set, es []element) {
+func addElements(b opSink, kind opKind, table string, s Set, es []element) {
 	for len(es) > 0 {
 		n := min(len(es), maxElementsPerOp)
 		b.add(Op{Kind: kind, Table: table, Set: s, Elements: es[:n]})
@@ -222,13 +234,37 @@ type inventory struct {
 	Sets   []string
 }
 
-// planFull writes the whole ruleset in one batch. existing maps each of
-// crossproxy's tables found in the kernel to its chains and sets; objects
-// crossproxy no longer wants are deleted (whole tables when the number of
-// shards went down), the rest are rewritten in place (affinity sets keep
-// their entries). With recreate, every table is deleted and written anew,
-// which also repairs objects someone changed behind crossproxy's back.
-func planFull(rs *ruleset, existing map[string]inventory, recreate bool) *batch {
+// opSink takes a plan's commands in order: a batch collects them, a
+// batchWriter encodes them as they come.
+type opSink interface{ add(Op) }
+
+// planFull writes the whole ruleset in one batch. names are the tables the
+// ruleset has (the main table, then the shards) and tables yields their
+// content in that order, one at a time, so that a full sync streamed into a
+// batchWriter holds one shard's objects at once, not the ruleset. existing
+// maps each of crossproxy's tables found in the kernel to its chains and
+// sets; objects crossproxy no longer wants are deleted (whole tables when the
+// number of shards went down), the rest are rewritten in place (affinity
+// sets keep their entries). With recreate, every table is deleted and
+// written anew, which also repairs objects someone changed behind
+// crossproxy's back.
+func planFull(names []string, tables iter.Seq[*tableContent], existing map[string]inventory, recreate bool, b opSink) {
+	want := make(map[string]bool, len(names))
+	for _, n := range names {
+		want[n] = true
+	}
+	for _, name := range sortedKeys(existing) {
+		if !want[name] {
+			b.add(Op{Kind: OpDelTable, Table: name})
+		}
+	}
+	for t := range tables {
+		planTable(b, t, existing[t.Name], recreate)
+	}
+}
+
+// planRuleset is planFull of a whole built ruleset, collected in a batch.
+func planRuleset(rs *ruleset, existing map[string]inventory, recreate bool) *batch {
 	tables := rs.tables()
 	nops := 0
 	for _, t := range tables {
@@ -237,22 +273,11 @@ func planFull(rs *ruleset, existing map[string]inventory, recreate bool) *batch 
 		}
 	}
 	b := &batch{Ops: make([]Op, 0, nops+len(rs.Ports)/maxElementsPerOp+64*len(tables))}
-	want := map[string]bool{}
-	for _, t := range tables {
-		want[t.Name] = true
-	}
-	for _, name := range sortedKeys(existing) {
-		if !want[name] {
-			b.add(Op{Kind: OpDelTable, Table: name})
-		}
-	}
-	for _, t := range tables {
-		planTable(b, t, existing[t.Name], recreate)
-	}
+	planFull(rs.tableNames(), slices.Values(tables), existing, recreate, b)
 	return b
 }
 
-func planTable(b *batch, t *tableContent, inv inventory, recreate bool) {
+func planTable(b opSink, t *tableContent, inv inventory, recreate bool) {
 	b.add(Op{Kind: OpAddTable, Table: t.Name})
 	if recreate {
 		b.add(Op{Kind: OpDelTable, Table: t.Name})
@@ -303,7 +328,7 @@ func planTable(b *batch, t *tableContent, inv inventory, recreate bool) {
 		}
 	}
 	for _, s := range t.Sets {
-		b.elements(OpAddElements, t.Name, s, t.Elements[s.Name])
+		addElements(b, OpAddElements, t.Name, s, t.Elements[s.Name])
 	}
 }
 
@@ -500,12 +525,12 @@ func (d *portsDiff) emit(b *batch, prev *applied) {
 	for _, m := range maps {
 		s := Set{Name: frontendMap(m.fam), Family: m.fam, Kind: SetFrontends}
 		sortElems(d.fe[m].del)
-		b.elements(OpDelElements, m.table, s, d.fe[m].del)
+		addElements(b, OpDelElements, m.table, s, d.fe[m].del)
 	}
 	for _, m := range maps {
 		s := Set{Name: frontendMap(m.fam), Family: m.fam, Kind: SetFrontends}
 		sortElems(d.fe[m].add)
-		b.elements(OpAddElements, m.table, s, d.fe[m].add)
+		addElements(b, OpAddElements, m.table, s, d.fe[m].add)
 	}
 	// 4. shared sets: an element exists while at least one port uses it.
 	countElements(b, prev.Table, prev.clusterIPs, d.ipDelta, clusterIPSet, false)
@@ -585,7 +610,7 @@ func countElements(b *batch, table string, prev useCounts, delta map[netip.Addr]
 	}
 	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		s := Set{Name: setName(f), Family: f, Kind: kind}
-		b.elements(OpDelElements, table, s, del[f])
-		b.elements(OpAddElements, table, s, add[f])
+		addElements(b, OpDelElements, table, s, del[f])
+		addElements(b, OpAddElements, table, s, add[f])
 	}
 }

@@ -18,7 +18,7 @@ func TestPlanFullGolden(t *testing.T) {
 		}
 	}
 	// A stale chain and set from an earlier state, and the kept affinity set.
-	b := planFull(rs, map[string]inventory{
+	b := planRuleset(rs, map[string]inventory{
 		"crossproxy":   {Chains: []string{"nat-prerouting"}, Sets: []string{"cluster-ips-v4"}},
 		"crossproxy-0": {Chains: []string{"svc-OLD-default/gone/tcp/p80", "nat-prerouting"}, Sets: []string{"frontends-v4", "aff-OLD", aff}},
 		"crossproxy-7": {}, // a shard from a time with more Services
@@ -33,7 +33,7 @@ func TestPlanFullGolden(t *testing.T) {
 }
 
 func TestPlanFullRecreate(t *testing.T) {
-	b := planFull(Build(testState(), Config{}), map[string]inventory{"crossproxy": {Chains: []string{"x"}, Sets: []string{"y"}}}, true)
+	b := planRuleset(Build(testState(), Config{}), map[string]inventory{"crossproxy": {Chains: []string{"x"}, Sets: []string{"y"}}}, true)
 	if !strings.HasPrefix(b.Text(), "add table inet crossproxy\ndelete table inet crossproxy\nadd table inet crossproxy\n") {
 		t.Errorf("recreate must start by replacing the table:\n%s", b.Text()[:200])
 	}
@@ -127,5 +127,47 @@ func TestUseCounts(t *testing.T) {
 	u.add(v6b, -3)
 	if u.get(v4) != 0 || u.get(v6b) != 0 || u.len() != 1 {
 		t.Errorf("an unused address is kept: %+v", u)
+	}
+}
+
+// TestStreamedPlanIsTheRulesetsPlan checks that a full sync built shard by
+// shard (fullBuild, what the backend sends) plans exactly the commands of the
+// whole built ruleset, and records the same applied state, with and without
+// existing tables and with recreate.
+func TestStreamedPlanIsTheRulesetsPlan(t *testing.T) {
+	existing := map[string]inventory{
+		"crossproxy":   {Chains: []string{"nat-prerouting", "gone"}, Sets: []string{"cluster-ips-v4", "old"}},
+		"crossproxy-0": {Chains: []string{"svc-OLD-default/gone/tcp/p80"}, Sets: []string{"frontends-v4"}},
+		"crossproxy-9": {},
+	}
+	for _, tc := range []struct {
+		name string
+		st   *core.NodeState
+		cfg  Config
+	}{
+		{"test state", testState(), Config{LocalhostNodePorts: true}},
+		{"1000 Services over shards", scaleStateN(1000, 10), Config{}},
+		{"fixed shards", scaleStateN(300, 3), Config{Shards: 5, Table: "xp"}},
+	} {
+		for _, recreate := range []bool{false, true} {
+			rs := Build(tc.st, tc.cfg)
+			want := planRuleset(rs, existing, recreate)
+			fb := newFullBuild(tc.st, tc.cfg)
+			got := &batch{}
+			a := fb.newApplied()
+			planFull(fb.names(), fb.tables(a.record), existing, recreate, got)
+			if len(got.Ops) != len(want.Ops) || got.Text() != want.Text() {
+				t.Fatalf("%s, recreate %v: streamed plan has %d commands, the ruleset's %d; they differ", tc.name, recreate, len(got.Ops), len(want.Ops))
+			}
+			cfg := tc.cfg
+			cfg.Shards = rs.Shards
+			wa := newApplied(rs, cfg)
+			if !reflect.DeepEqual(a, wa) {
+				t.Fatalf("%s: the streamed sync records a different applied state", tc.name)
+			}
+			if !reflect.DeepEqual(fb.skipped, rs.Skipped) {
+				t.Fatalf("%s: skipped %v, ruleset %v", tc.name, fb.skipped, rs.Skipped)
+			}
+		}
 	}
 }

@@ -21,70 +21,126 @@ type tableContent struct {
 // main table's shared sets hold every ClusterIP and every endpoint address
 // (as a hairpin pair), each shard's frontend maps hold its ports' frontends.
 func (rs *ruleset) tables() []*tableContent {
-	main := &tableContent{Name: rs.Table, Chains: append([]*Chain(nil), rs.Globals.Chains...),
-		Sets: append([]Set(nil), rs.Globals.Sets...), Elements: map[string][]element{}}
+	main := mainContent(rs.Table, rs.Globals)
 	shards := make([]*tableContent, rs.Shards)
 	for i := range shards {
-		shards[i] = &tableContent{Name: shardTable(rs.Table, i), Chains: append([]*Chain(nil), rs.Globals.ShardChains...),
-			Sets: append([]Set(nil), rs.Globals.ShardSets...), Elements: map[string][]element{}}
+		shards[i] = shardContent(rs.Table, i, rs.Globals)
 	}
-	// The shared sets (ClusterIPs, hairpin pairs) hold each address once. At
-	// 100,000 endpoints these are the largest transient of a full sync, so
-	// they are counted first and sized once.
-	type shared struct {
-		seen  map[netip.Addr]struct{}
-		elems []element
-	}
-	var clusterIPs, hairpins [2]shared // by family: IPv4, IPv6
-	fi := func(f v1.IPFamily) int {
-		if f == v1.IPv6Protocol {
-			return 1
-		}
-		return 0
-	}
-	var nIPs, nEPs [2]int
+	var n sharedCounts
 	for _, p := range rs.Ports {
-		nIPs[fi(p.Key.Family)]++
-		nEPs[fi(p.Key.Family)] += len(p.Endpoints)
+		n.add(p.Key.Family, len(p.Endpoints))
 	}
-	for i := range clusterIPs {
-		clusterIPs[i] = shared{seen: make(map[netip.Addr]struct{}, nIPs[i]), elems: make([]element, 0, nIPs[i])}
-		hairpins[i] = shared{seen: make(map[netip.Addr]struct{}, nEPs[i]), elems: make([]element, 0, nEPs[i])}
-	}
-	add := func(s *shared, a netip.Addr, pair bool) {
-		if !a.IsValid() {
-			return
-		}
-		if _, dup := s.seen[a]; dup {
-			return
-		}
-		s.seen[a] = struct{}{}
-		e := element{Addr: a}
-		if pair {
-			e.Addr2 = a
-		}
-		s.elems = append(s.elems, e)
-	}
+	shared := newSharedAddrs(n)
 	for _, p := range rs.Ports {
-		f := p.Key.Family
-		sh := shards[p.Shard]
-		sh.Chains = append(sh.Chains, p.Chains...)
-		sh.Sets = append(sh.Sets, p.AffinitySets...)
-		sh.Elements[frontendMap(f)] = append(sh.Elements[frontendMap(f)], p.Frontends...)
-		add(&clusterIPs[fi(f)], p.ClusterIP, false)
-		for _, a := range p.Endpoints {
-			add(&hairpins[fi(f)], a, true)
-		}
+		shards[p.Shard].addPort(p)
+		shared.add(p.Key.Family, p.ClusterIP, p.Endpoints)
 	}
-	for i, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		if len(clusterIPs[i].elems) > 0 {
-			main.Elements[clusterIPSet(f)] = clusterIPs[i].elems
-		}
-		if len(hairpins[i].elems) > 0 {
-			main.Elements[hairpinSet(f)] = hairpins[i].elems
-		}
-	}
+	shared.fill(main)
 	return append([]*tableContent{main}, shards...)
+}
+
+// tableNames names the main table and then every shard.
+func (rs *ruleset) tableNames() []string { return tableNames(rs.Table, rs.Shards) }
+
+func tableNames(table string, shards int) []string {
+	names := make([]string, 0, shards+1)
+	names = append(names, table)
+	for i := range shards {
+		names = append(names, shardTable(table, i))
+	}
+	return names
+}
+
+// mainContent is the main table without its shared sets' elements.
+func mainContent(table string, g *globals) *tableContent {
+	return &tableContent{Name: table, Chains: append([]*Chain(nil), g.Chains...),
+		Sets: append([]Set(nil), g.Sets...), Elements: map[string][]element{}}
+}
+
+// shardContent is shard i without any port's objects.
+func shardContent(table string, i int, g *globals) *tableContent {
+	return &tableContent{Name: shardTable(table, i), Chains: append([]*Chain(nil), g.ShardChains...),
+		Sets: append([]Set(nil), g.ShardSets...), Elements: map[string][]element{}}
+}
+
+// addPort puts a port's chains, affinity sets and frontends into its shard.
+func (t *tableContent) addPort(p *portObjects) {
+	f := frontendMap(p.Key.Family)
+	t.Chains = append(t.Chains, p.Chains...)
+	t.Sets = append(t.Sets, p.AffinitySets...)
+	t.Elements[f] = append(t.Elements[f], p.Frontends...)
+}
+
+// familyIndex numbers the families for the per-family arrays: IPv4 0, IPv6 1.
+func familyIndex(f v1.IPFamily) int {
+	if f == v1.IPv6Protocol {
+		return 1
+	}
+	return 0
+}
+
+// sharedCounts counts, per family, the ClusterIPs and endpoint addresses the
+// shared sets may hold, to size them once.
+type sharedCounts struct{ ips, eps [2]int }
+
+func (n *sharedCounts) add(f v1.IPFamily, endpoints int) {
+	n.ips[familyIndex(f)]++
+	n.eps[familyIndex(f)] += endpoints
+}
+
+// sharedAddrs gathers the main table's shared sets (ClusterIPs, hairpin
+// pairs), each address once, in the order the ports add them. At 100,000
+// endpoints these are the largest transient of a full sync, so they are sized
+// once and the addresses seen are kept as 4 (or 16) bytes.
+type sharedAddrs struct {
+	clusterIPs, hairpins [2]sharedSet
+}
+
+type sharedSet struct {
+	seen  useCounts
+	elems []element
+}
+
+func newSharedAddrs(n sharedCounts) *sharedAddrs {
+	s := &sharedAddrs{}
+	for i := range 2 {
+		s.clusterIPs[i] = sharedSet{seen: newUseCounts(n.ips[i]), elems: make([]element, 0, n.ips[i])}
+		s.hairpins[i] = sharedSet{seen: newUseCounts(n.eps[i]), elems: make([]element, 0, n.eps[i])}
+	}
+	return s
+}
+
+func (s *sharedSet) add(a netip.Addr, pair bool) {
+	if !a.IsValid() || s.seen.get(a) > 0 {
+		return
+	}
+	s.seen.add(a, 1)
+	e := element{Addr: a}
+	if pair {
+		e.Addr2 = a
+	}
+	s.elems = append(s.elems, e)
+}
+
+// add records one port's ClusterIP (invalid: none) and endpoint addresses.
+func (s *sharedAddrs) add(f v1.IPFamily, clusterIP netip.Addr, endpoints []netip.Addr) {
+	i := familyIndex(f)
+	s.clusterIPs[i].add(clusterIP, false)
+	for _, a := range endpoints {
+		s.hairpins[i].add(a, true)
+	}
+}
+
+// fill puts the shared sets' elements into the main table.
+func (s *sharedAddrs) fill(main *tableContent) {
+	for i, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		if len(s.clusterIPs[i].elems) > 0 {
+			main.Elements[clusterIPSet(f)] = s.clusterIPs[i].elems
+		}
+		if len(s.hairpins[i].elems) > 0 {
+			main.Elements[hairpinSet(f)] = s.hairpins[i].elems
+		}
+	}
 }
 
 func (s Set) nftType() string {
