@@ -20,6 +20,20 @@ import (
 	"github.com/crossproxy/crossproxy/core"
 )
 
+// benchSizes are the Service counts a benchmark runs: def, or the one
+// XPL_SERVICES names (e.g. 100000: make bench-scale-backend).
+func benchSizes(b *testing.B, def ...int) []int {
+	v := os.Getenv("XPL_SERVICES")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("XPL_SERVICES=%q: want a number of Services", v)
+	}
+	return []int{n}
+}
+
 // resetPeakRSS makes VmHWM start again from the current resident size.
 func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0o644) }
 
@@ -61,15 +75,7 @@ func heapInuse() uint64 {
 // sync (what it applied, for the next partial sync's diff; the NodeState is
 // the benchmark's and was allocated before).
 func BenchmarkFullSync(b *testing.B) {
-	sizes := []int{1000, 10000, 30000}
-	if v := os.Getenv("XPL_SERVICES"); v != "" { // e.g. 100000 (make bench-scale-backend)
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			b.Fatalf("XPL_SERVICES=%q: %v", v, err)
-		}
-		sizes = []int{n}
-	}
-	for _, n := range sizes {
+	for _, n := range benchSizes(b, 1000, 10000, 30000) {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			ns := testNS(b)
 			be := newTestBackend(b, ns)
@@ -107,10 +113,11 @@ func BenchmarkFullSync(b *testing.B) {
 }
 
 // BenchmarkEndpointChange changes one endpoint of one Service among n (10,000
-// is the target; 1,000 shows how the kernel's share grows) and syncs that
-// change alone: a partial sync of model, plan and one netlink batch.
+// is the target; 1,000 shows how the kernel's share grows; XPL_SERVICES sets
+// n) and syncs that change alone: a partial sync of model, plan and one
+// netlink batch.
 func BenchmarkEndpointChange(b *testing.B) {
-	for _, n := range []int{1000, 10000} {
+	for _, n := range benchSizes(b, 1000, 10000) {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) { benchEndpointChange(b, n) })
 	}
 }
@@ -147,9 +154,11 @@ func benchEndpointChange(b *testing.B, n int) {
 
 // BenchmarkFirstPacket times a TCP connect through a ClusterIP (the SYN
 // crosses the rules, the SYN-ACK returns) with 100 and 30,000 Services
-// programmed, from the node to a server in a second namespace.
+// programmed (XPL_SERVICES replaces 30,000), from the node to a server in a
+// second namespace.
 func BenchmarkFirstPacket(b *testing.B) {
-	for _, n := range []int{100, 30000} {
+	sizes := append([]int{100}, benchSizes(b, 30000)...)
+	for _, n := range sizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			node, srv := testNS(b), testNS(b)
 			for _, args := range [][]string{

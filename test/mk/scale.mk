@@ -28,7 +28,10 @@ bench-scale-100k: apiserver
 	XPS_SERVICES=100000 $(GO) test -tags integration -count=1 -run '^$$' -bench 'Scale/binary' -benchtime 1x -timeout 120m ./test/integration/
 
 # bench-scale-backend: the nftables backend alone (no apiserver): full sync of
-# 10k and 100k Services x 10 endpoints into an empty namespace, peak RSS, CPU.
+# 10k and 100k Services x 10 endpoints into an empty namespace (peak RSS, CPU,
+# kernel time), then at 100k one endpoint change (a partial sync, 200 samples)
+# and the first-packet latency through a ClusterIP against 100 Services.
 bench-scale-backend:
 	XPL_SERVICES=10000 $(GO) test -run '^$$' -bench 'FullSync' -benchtime 3x -timeout 20m ./platform_linux/
 	XPL_SERVICES=100000 $(GO) test -run '^$$' -bench 'FullSync' -benchtime 1x -timeout 30m ./platform_linux/
+	XPL_SERVICES=100000 $(GO) test -run '^$$' -bench 'EndpointChange|FirstPacket' -benchtime 200x -timeout 30m ./platform_linux/
