@@ -119,24 +119,6 @@ func lastLiveHeapMB(log string) (float64, int) {
 	return live, gcs
 }
 
-// waitMetric polls the proxy's /metrics until series reaches at least want.
-func waitMetric(b *testing.B, e *env, series string, want float64, timeout time.Duration) float64 {
-	b.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		// The metrics server starts with the proxy: until it listens, wait.
-		if _, _, _, err := httpGet("http://" + e.mport + "/metrics"); err == nil {
-			if v, ok := metric(b, e.mport, series); ok && v >= want {
-				return v
-			}
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s did not reach %v within %v\n%s", series, want, timeout, tail(e.proxy.logText(), 3000))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func tail(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]
@@ -163,7 +145,10 @@ func moveEndpoint(b *testing.B, client kubernetes.Interface, i, round int) {
 // endpoints and measures crossproxy against it: the real binary (scaleMemory;
 // binary-shipped with GOMEMLIMIT as the shipped DaemonSet sets it),
 // the same pipeline in this process with a heap breakdown (scaleHeap), and
-// the real binary under a stream of endpoint updates (scaleStream).
+// the real binary under a stream of endpoint updates (scaleStream). The
+// kube-proxy and stream-kube-proxy runs measure kube-proxy v1.37.2 in
+// nftables mode the same way, as issue 12's reference. Every run starts from
+// a node namespace without either proxy's tables and leaves none behind.
 // -benchtime 1x: one run of each; select one with -bench 'Scale/^stream$'.
 func BenchmarkScale(b *testing.B) {
 	runtime.MemProfileRate = 4096
@@ -171,24 +156,31 @@ func BenchmarkScale(b *testing.B) {
 	e := newScaleEnv(b, n)
 	b.ResetTimer()
 	for range b.N {
-		b.Run("binary", func(b *testing.B) { e.t = b; scaleMemory(b, e, n, os.Getenv("XPS_BINARY_ENV")) })
+		b.Run("binary", func(b *testing.B) {
+			e.t = b
+			scaleMemory(b, e, n, proxyCrossproxy, os.Getenv("XPS_BINARY_ENV"))
+		})
 		b.Run("binary-shipped", func(b *testing.B) {
 			e.t = b
-			scaleMemory(b, e, n, fmt.Sprintf("GOMEMLIMIT=%d", shippedMemoryLimit(b)))
+			scaleMemory(b, e, n, proxyCrossproxy, fmt.Sprintf("GOMEMLIMIT=%d", shippedMemoryLimit(b)))
 		})
-		b.Run("heap", func(b *testing.B) { e.t = b; scaleHeap(b, e, n) })
-		b.Run("stream", func(b *testing.B) { e.t = b; scaleStream(b, e, n) })
+		b.Run("kube-proxy", func(b *testing.B) { e.t = b; scaleMemory(b, e, n, proxyKubeProxy, "") })
+		b.Run("heap", func(b *testing.B) { e.t = b; requireNoProxyTables(b, e); scaleHeap(b, e, n) })
+		b.Run("stream", func(b *testing.B) { e.t = b; scaleStream(b, e, n, proxyCrossproxy) })
+		b.Run("stream-kube-proxy", func(b *testing.B) { e.t = b; scaleStream(b, e, n, proxyKubeProxy) })
 	}
 }
 
-// scaleMemory runs the real crossproxy binary against the real
-// apiserver holding XPS_SERVICES Services x 10 endpoints, programming the
-// lab's node namespace: start-up, first full sync, then 100 endpoint
-// changes one at a time. It reports the process's peak RSS (VmHWM), the
-// full and mean partial sync durations (the proxy's own histograms), its CPU
-// time and its live heap after the last GC (GODEBUG=gctrace=1). binEnv
-// ("KEY=VALUE ...") is added to the binary's environment.
-func scaleMemory(b *testing.B, e *env, n int, binEnv string) {
+// scaleMemory runs the real proxy binary (crossproxy or kube-proxy, see
+// startScaleProxy) against the real apiserver holding XPS_SERVICES Services
+// x 10 endpoints, programming the lab's node namespace: start-up, first full
+// sync, then 100 endpoint changes one at a time. It reports the process's
+// peak RSS (VmHWM), the full and mean partial sync durations (the proxy's
+// own kube-proxy histograms), its CPU time (with its children's: kube-proxy's
+// nft runs), its RSS at the end, the sampled peak RSS of its children and its
+// live heap after the last GC (GODEBUG=gctrace=1). binEnv ("KEY=VALUE ...")
+// is added to the binary's environment.
+func scaleMemory(b *testing.B, e *env, n int, proxyName, binEnv string) {
 	cfg := e.api.AdminConfig()
 	cfg.QPS, cfg.Burst = 1000, 1000
 	client := kubernetes.NewForConfigOrDie(cfg)
@@ -196,45 +188,53 @@ func scaleMemory(b *testing.B, e *env, n int, binEnv string) {
 	setBinaryEnv(b, binEnv)
 	round := scaleRuns * 100
 	scaleRuns++
-	{
-		load0 := loadavg()
-		t0 := time.Now()
-		p := e.startProxy("--min-sync-period", "50ms", "--sync-period", "30s", "--full-sync-period", "1h", "--log-level", "info")
-		pid := p.cmd.Process.Pid
-		waitMetric(b, e, "kubeproxy_sync_full_proxy_rules_duration_seconds_count", 1, 10*time.Minute)
-		ready := time.Since(t0)
-		fullSum, _ := metric(b, e.mport, "kubeproxy_sync_full_proxy_rules_duration_seconds_sum")
-		cpuReady := procCPU(b, pid)
-		hwmSync := procStatusKB(b, pid, "VmHWM")
-
-		c0, _ := metric(b, e.mport, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count")
-		s0, _ := metric(b, e.mport, "kubeproxy_sync_partial_proxy_rules_duration_seconds_sum")
-		cpu1 := procCPU(b, pid)
-		const changes = 100
-		for i := range changes {
-			cur, _ := metric(b, e.mport, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count")
-			moveEndpoint(b, client, i*(n/changes), round+i)
-			waitMetric(b, e, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count", cur+1, time.Minute)
-		}
-		c1, _ := metric(b, e.mport, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count")
-		s1, _ := metric(b, e.mport, "kubeproxy_sync_partial_proxy_rules_duration_seconds_sum")
-		cpuChanges := procCPU(b, pid) - cpu1
-		hwm := procStatusKB(b, pid, "VmHWM")
-		rss := procStatusKB(b, pid, "VmRSS")
-		live, gcs := lastLiveHeapMB(p.logText())
-		p.stop()
-
-		partial := (s1 - s0) / math.Max(c1-c0, 1)
-		b.ReportMetric(float64(hwm)/1024, "peak-rss-MiB")
-		b.ReportMetric(float64(hwmSync)/1024, "peak-rss-first-sync-MiB")
-		b.ReportMetric(fullSum, "full-sync-s")
-		b.ReportMetric(partial*1000, "partial-sync-ms")
-		b.ReportMetric(live, "live-heap-MB")
-		b.Logf("%d Services (binary env %q): ready (list + first full sync) %v, full sync %.2fs, cpu to ready %v; %d partial syncs for %d changes, mean %.2f ms, cpu %v; "+
-			"peak RSS %.0f MiB (%.0f after first sync), RSS at end %.0f MiB, live heap after last of %d GCs %.0f MB; load %s -> %s",
-			n, binEnv, ready.Round(time.Millisecond), fullSum, cpuReady.Round(time.Millisecond), int(c1-c0), changes, partial*1000, cpuChanges.Round(time.Millisecond),
-			float64(hwm)/1024, float64(hwmSync)/1024, float64(rss)/1024, gcs, live, load0, loadavg())
+	const (
+		fullCount    = "kubeproxy_sync_full_proxy_rules_duration_seconds_count"
+		fullSum      = "kubeproxy_sync_full_proxy_rules_duration_seconds_sum"
+		partialCount = "kubeproxy_sync_partial_proxy_rules_duration_seconds_count"
+		partialSum   = "kubeproxy_sync_partial_proxy_rules_duration_seconds_sum"
+	)
+	load0 := loadavg()
+	t0 := time.Now()
+	p := startScaleProxy(b, e, proxyName, "50ms")
+	if !p.waitFirstSync(b) {
+		return
 	}
+	ready := time.Since(t0)
+	full := p.value(b, fullSum)
+	cpuReady := procCPUWithChildren(b, p.pid)
+	hwmSync := procStatusKB(b, p.pid, "VmHWM")
+
+	c0, s0 := p.value(b, partialCount), p.value(b, partialSum)
+	cpu1 := procCPUWithChildren(b, p.pid)
+	const changes = 100
+	for i := range changes {
+		cur := p.value(b, partialCount)
+		moveEndpoint(b, client, i*(n/changes), round+i)
+		p.mustWait(b, partialCount, cur+1, time.Minute)
+	}
+	c1, s1 := p.value(b, partialCount), p.value(b, partialSum)
+	fulls := p.value(b, fullCount)
+	cpuChanges := procCPUWithChildren(b, p.pid) - cpu1
+	hwm := procStatusKB(b, p.pid, "VmHWM")
+	rss := procStatusKB(b, p.pid, "VmRSS")
+	p.stop()
+	live, gcs := lastLiveHeapMB(p.p.logText())
+
+	partial := (s1 - s0) / math.Max(c1-c0, 1)
+	b.ReportMetric(float64(hwm)/1024, "peak-rss-MiB")
+	b.ReportMetric(float64(hwmSync)/1024, "peak-rss-first-sync-MiB")
+	b.ReportMetric(float64(rss)/1024, "rss-end-MiB")
+	b.ReportMetric(full, "full-sync-s")
+	b.ReportMetric(partial*1000, "partial-sync-ms")
+	b.ReportMetric(cpuReady.Seconds(), "cpu-to-ready-s")
+	b.ReportMetric(cpuChanges.Seconds(), "cpu-changes-s")
+	b.ReportMetric(p.childPeakMiB(), "child-peak-rss-MiB")
+	b.ReportMetric(live, "live-heap-MB")
+	b.Logf("%s, %d Services (binary env %q): ready (list + first full sync) %v, full sync %.2fs, cpu to ready %v; %d partial syncs (%d full in all) for %d changes, mean %.2f ms, cpu %v; "+
+		"peak RSS %.0f MiB (%.0f after first sync), RSS at end %.0f MiB, children's sampled peak RSS %.0f MiB, live heap after last of %d GCs %.0f MB; load %s -> %s",
+		p.name, n, binEnv, ready.Round(time.Millisecond), full, cpuReady.Round(time.Millisecond), int(c1-c0), int(fulls), changes, partial*1000, cpuChanges.Round(time.Millisecond),
+		float64(hwm)/1024, float64(hwmSync)/1024, float64(rss)/1024, p.childPeakMiB(), gcs, live, load0, loadavg())
 }
 
 // setBinaryEnv sets the environment variables of env ("KEY=VALUE ..."),
@@ -432,9 +432,13 @@ func (h heapBreakdown) table() string {
 func refuseOldEndpoints(b *testing.B, l *lab) {
 	b.Helper()
 	for _, cidr := range []string{"10.100.0.0/14", "10.250.0.0/16"} {
-		run(b, "ip", "-n", l.Node, "route", "add", cidr, "dev", "xpkb"+l.id)
+		run(b, "ip", "-n", l.Node, "route", "replace", cidr, "dev", "xpkb"+l.id)
 	}
-	rules := `table ip xpk_bench {
+	// Declaring the table and deleting it first makes a second stream run
+	// (stream-kube-proxy after stream) replace the rule instead of adding it.
+	rules := `table ip xpk_bench
+delete table ip xpk_bench
+table ip xpk_bench {
 	chain forward {
 		type filter hook forward priority 0;
 		ip daddr { 10.100.0.0/14, 10.250.0.0/16 } meta l4proto tcp reject with tcp reset
@@ -450,6 +454,36 @@ func refuseOldEndpoints(b *testing.B, l *lab) {
 	}
 	f.Close()
 	run(b, "ip", "netns", "exec", l.Node, "nft", "-f", f.Name())
+}
+
+// restoreSlices writes the listed contents back over the slices the stream
+// changed (written, nil where an update failed), 16 at a time.
+func restoreSlices(b *testing.B, client kubernetes.Interface, listed []discovery.EndpointSlice, byName map[string]int, written []*discovery.EndpointSlice) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	var mu sync.Mutex
+	var failed []string
+	for _, w := range written {
+		if w == nil {
+			continue
+		}
+		orig := listed[byName[w.Name]].DeepCopy()
+		orig.ResourceVersion = w.ResourceVersion
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if _, err := client.DiscoveryV1().EndpointSlices("bench").Update(context.Background(), orig, metav1.UpdateOptions{}); err != nil {
+				mu.Lock()
+				failed = append(failed, fmt.Sprintf("%s: %v", orig.Name, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(failed) > 0 {
+		b.Errorf("restore %d slices after the stream: %s", len(failed), strings.Join(failed[:min(len(failed), 3)], "; "))
+	}
 }
 
 // Stream parameters of scaleStream: the issue's 50 endpoint updates per
@@ -481,9 +515,10 @@ func envInt(tb testing.TB, name string, def int) int {
 // network programming latency, end to end, with the Service's old endpoints
 // (addresses nobody routes) unreachable until then. It reports p50/p99/max of
 // that latency, the proxy's CPU seconds over the stream, its syncs, and its
-// RSS at the end. The proxy runs with its default --min-sync-period (1s, as
-// kube-proxy's) unless XPK_MIN_SYNC is set.
-func scaleStream(b *testing.B, e *env, n int) {
+// RSS at the end. The proxy (crossproxy or kube-proxy, see startScaleProxy)
+// runs with --min-sync-period 1s, both proxies' default, unless XPK_MIN_SYNC
+// is set.
+func scaleStream(b *testing.B, e *env, n int, proxyName string) {
 	rate := envInt(b, "XPS_STREAM_RATE", streamRate)
 	seconds := envInt(b, "XPS_STREAM_SECONDS", streamSeconds)
 	updates := rate * seconds
@@ -517,6 +552,12 @@ func scaleStream(b *testing.B, e *env, n int) {
 	svcs = nil
 
 	refuseOldEndpoints(b, e.lab)
+	// written[k] is update k's slice as the apiserver stored it; after the
+	// run (registered before the proxy starts, so the proxy is stopped
+	// first) each gets its listed endpoints back, so that every run, of
+	// either proxy, starts from the same 10-endpoint Services.
+	written := make([]*discovery.EndpointSlice, updates)
+	b.Cleanup(func() { restoreSlices(b, client, sl.Items, byName, written) })
 
 	minSync := "1s"
 	if v := os.Getenv("XPK_MIN_SYNC"); v != "" {
@@ -524,11 +565,12 @@ func scaleStream(b *testing.B, e *env, n int) {
 	}
 	b.Setenv("GODEBUG", "gctrace=1")
 	load0 := loadavg()
-	p := e.startProxy("--min-sync-period", minSync, "--sync-period", "30s", "--full-sync-period", "1h", "--log-level", "info")
-	pid := p.cmd.Process.Pid
-	waitMetric(b, e, "kubeproxy_sync_full_proxy_rules_duration_seconds_count", 1, 10*time.Minute)
-	partial0, _ := metric(b, e.mport, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count")
-	cpu0 := procCPU(b, pid)
+	p := startScaleProxy(b, e, proxyName, minSync)
+	if !p.waitFirstSync(b) {
+		return
+	}
+	partial0 := p.value(b, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count")
+	cpu0 := procCPUWithChildren(b, p.pid)
 	loadStart := loadavg()
 
 	lat := make([]time.Duration, updates)
@@ -556,10 +598,12 @@ func scaleStream(b *testing.B, e *env, n int) {
 			defer wg.Done()
 			t0 := time.Now()
 			s.Annotations[v1.EndpointsLastChangeTriggerTime] = t0.UTC().Format(time.RFC3339Nano)
-			if _, err := client.DiscoveryV1().EndpointSlices("bench").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+			out, err := client.DiscoveryV1().EndpointSlices("bench").Update(ctx, s, metav1.UpdateOptions{})
+			if err != nil {
 				errs <- fmt.Errorf("update %s: %w", s.Name, err)
 				return
 			}
+			written[k] = out
 			target := net.JoinHostPort(ip, "80")
 			for {
 				got, _ := e.lab.backendOf(target)
@@ -587,14 +631,14 @@ func scaleStream(b *testing.B, e *env, n int) {
 		b.Fatal(err)
 	}
 	wall := time.Since(wall0)
-	cpu := procCPU(b, pid) - cpu0
-	partial1, _ := metric(b, e.mport, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count")
-	npCount, _ := metric(b, e.mport, "kubeproxy_network_programming_duration_seconds_count")
-	npSum, _ := metric(b, e.mport, "kubeproxy_network_programming_duration_seconds_sum")
-	rss := procStatusKB(b, pid, "VmRSS")
-	hwm := procStatusKB(b, pid, "VmHWM")
-	live, gcs := lastLiveHeapMB(p.logText())
+	cpu := procCPUWithChildren(b, p.pid) - cpu0
+	partial1 := p.value(b, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count")
+	npCount := p.value(b, "kubeproxy_network_programming_duration_seconds_count")
+	npSum := p.value(b, "kubeproxy_network_programming_duration_seconds_sum")
+	rss := procStatusKB(b, p.pid, "VmRSS")
+	hwm := procStatusKB(b, p.pid, "VmHWM")
 	p.stop()
+	live, gcs := lastLiveHeapMB(p.p.logText())
 
 	slices.Sort(lat)
 	q := func(f float64) time.Duration { return lat[min(len(lat)-1, int(f*float64(len(lat))))] }
@@ -603,11 +647,12 @@ func scaleStream(b *testing.B, e *env, n int) {
 	b.ReportMetric(lat[len(lat)-1].Seconds()*1000, "max-ms")
 	b.ReportMetric(cpu.Seconds(), "proxy-cpu-s")
 	b.ReportMetric(float64(rss)/1024, "rss-end-MiB")
-	b.Logf("%d Services, min-sync-period %s: %d updates at %d/s (written in %v), all seen on the new backend after %v; "+
+	b.ReportMetric(float64(hwm)/1024, "peak-rss-MiB")
+	b.Logf("%s, %d Services, min-sync-period %s: %d updates at %d/s (written in %v), all seen on the new backend after %v; "+
 		"latency p50 %v p90 %v p99 %v max %v; proxy: %d partial syncs, cpu %v over the stream (%.1f%% of one core), "+
 		"RSS at end %.0f MiB, peak %.0f MiB, live heap after last of %d GCs %.0f MB; own network_programming mean %.3fs over %v; "+
 		"load %s (start) -> %s (stream start) -> %s",
-		n, minSync, updates, rate, writeWall.Round(time.Millisecond), wall.Round(time.Millisecond),
+		p.name, n, minSync, updates, rate, writeWall.Round(time.Millisecond), wall.Round(time.Millisecond),
 		q(0.5).Round(time.Millisecond), q(0.9).Round(time.Millisecond), q(0.99).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond),
 		int(partial1-partial0), cpu.Round(10*time.Millisecond), 100*cpu.Seconds()/wall.Seconds(),
 		float64(rss)/1024, float64(hwm)/1024, gcs, live, npSum/max(npCount, 1), npCount, load0, loadStart, loadavg())

@@ -169,10 +169,14 @@ func (l *lab) dial(addr string, timeout time.Duration) (*conn, error) {
 
 // httpClient is an HTTP client whose connections start in the client
 // namespace, as a cloud load balancer's health probe reaches the node.
-func (l *lab) httpClient() *http.Client {
+func (l *lab) httpClient() *http.Client { return httpClientIn(l.Client) }
+
+// httpClientIn is an HTTP client whose connections start in namespace ns:
+// the node's, for a server bound to the node's loopback.
+func httpClientIn(ns string) *http.Client {
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var c net.Conn
-		err := netnsrun.Do(l.Client, func() error {
+		err := netnsrun.Do(ns, func() error {
 			var err error
 			c, err = (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, network, addr)
 			return err

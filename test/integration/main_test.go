@@ -190,16 +190,25 @@ func (e *env) startProxy(extra ...string) *proxy {
 // startRaw runs crossproxy with exactly args.
 func startRaw(e *env, args ...string) *proxy {
 	e.t.Helper()
-	logPath := filepath.Join(e.api.Dir, fmt.Sprintf("crossproxy-%d.log", time.Now().UnixNano()))
+	return startProcess(e, "crossproxy", binary, args...)
+}
+
+// startProcess runs path with args as the env's proxy (name labels its log
+// file and the log tail printed when the test fails), stopped when the test
+// ends; a proxy started through nsenter keeps nsenter's process id, as
+// nsenter executes it in place.
+func startProcess(e *env, name, path string, args ...string) *proxy {
+	e.t.Helper()
+	logPath := filepath.Join(e.api.Dir, fmt.Sprintf("%s-%d.log", name, time.Now().UnixNano()))
 	f, err := os.Create(logPath)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		e.t.Fatalf("start crossproxy: %v", err)
+		e.t.Fatalf("start %s: %v", name, err)
 	}
 	p := &proxy{cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() { p.err = cmd.Wait(); f.Close(); close(p.done) }()
@@ -212,7 +221,7 @@ func startRaw(e *env, args ...string) *proxy {
 			if len(s) > 6000 {
 				s = s[len(s)-6000:]
 			}
-			e.t.Logf("crossproxy log %s (tail):\n%s", logPath, s)
+			e.t.Logf("%s log %s (tail):\n%s", name, logPath, s)
 		}
 	})
 	return p
