@@ -4,6 +4,9 @@ package integration
 
 import (
 	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +17,7 @@ import (
 	"time"
 
 	"github.com/crossproxy/crossproxy/test/harness"
+	"github.com/crossproxy/crossproxy/test/netnsrun"
 )
 
 // The proxies the scale benchmarks compare: crossproxy, and kube-proxy
@@ -287,10 +291,7 @@ func startKubeProxy(b *testing.B, e *env, minSync string) *scaleProxy {
 	if path == "" {
 		b.Skip("no kube-proxy binary in ${CROSSPROXY_CLUSTER_BIN_DIR:-~/.cache/crossproxy/cluster-bin}: run `make cluster-bin`")
 	}
-	kc, err := e.api.Kubeconfig(harness.AdminUser)
-	if err != nil {
-		b.Fatal(err)
-	}
+	kc := kubeconfigInto(b, e)
 	cfg := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: nftables
@@ -381,4 +382,84 @@ func removeProxyTables(b *testing.B, e *env) {
 	if t := proxyTables(b, e); len(t) > 0 {
 		b.Errorf("proxy tables %v left in %s after cleanup", t, e.lab.Node)
 	}
+}
+
+// kubeconfigInto writes the admin kubeconfig with its server replaced by a
+// loopback port of the lab's node namespace that forwards to the apiserver:
+// kube-proxy has no --netns, so it runs inside the node namespace, where the
+// apiserver's host loopback address does not exist.
+func kubeconfigInto(b *testing.B, e *env) string {
+	b.Helper()
+	kc, err := e.api.Kubeconfig(harness.AdminUser)
+	if err != nil {
+		b.Fatal(err)
+	}
+	host := e.api.AdminConfig().Host
+	u, err := url.Parse(host)
+	if err != nil {
+		b.Fatalf("apiserver address %q: %v", host, err)
+	}
+	data, err := os.ReadFile(kc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fwd := forwardInto(b, e.lab.Node, u.Host)
+	moved := strings.ReplaceAll(string(data), "://"+u.Host, "://"+fwd)
+	if moved == string(data) {
+		b.Fatalf("kubeconfig %s does not name the apiserver %s", kc, u.Host)
+	}
+	path := filepath.Join(b.TempDir(), "kubeconfig-node")
+	if err := os.WriteFile(path, []byte(moved), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// forwardInto listens on a loopback port of namespace ns and copies each
+// connection to target, dialled from this process's own namespace; the
+// listener and every connection close when the benchmark ends (after the
+// proxy using them is stopped: cleanups run last-registered first).
+func forwardInto(b *testing.B, ns, target string) string {
+	b.Helper()
+	var ln net.Listener
+	if err := netnsrun.Do(ns, func() error {
+		var err error
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		return err
+	}); err != nil {
+		b.Fatalf("listen in %s: %v", ns, err)
+	}
+	var mu sync.Mutex
+	var open []net.Conn
+	track := func(c net.Conn) {
+		mu.Lock()
+		open = append(open, c)
+		mu.Unlock()
+	}
+	b.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range open {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			track(c)
+			track(up)
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+	return ln.Addr().String()
 }
