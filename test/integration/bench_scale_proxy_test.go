@@ -209,17 +209,7 @@ func statusKB(pid int, field string) (int64, bool) {
 // work; crossproxy has no children, so its figure is procCPU's.
 func procCPUWithChildren(tb testing.TB, pid int) time.Duration {
 	tb.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		tb.Fatalf("read process stat: %v", err)
-	}
-	rest := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	var ticks int64
-	for _, f := range rest[11:15] { // utime stime cutime cstime
-		v, _ := strconv.ParseInt(f, 10, 64)
-		ticks += v
-	}
-	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+	return procStatTime(tb, pid, 4)
 }
 
 // startScaleProxy starts proxy (proxyCrossproxy or proxyKubeProxy) against

@@ -284,15 +284,24 @@ func BenchmarkNetworkProgrammingLatency(b *testing.B) {
 // procCPU is the user+system CPU time a process has used (/proc/PID/stat).
 func procCPU(tb testing.TB, pid int) time.Duration {
 	tb.Helper()
+	return procStatTime(tb, pid, 2)
+}
+
+// procStatTime sums the first n CPU-time fields of /proc/PID/stat (utime,
+// stime, cutime, cstime: the 14th to 17th fields of the line, the 11th to
+// 14th after the command name, which is in parentheses).
+func procStatTime(tb testing.TB, pid, n int) time.Duration {
+	tb.Helper()
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		tb.Fatalf("read process stat: %v", err)
 	}
-	// Fields after the command name, which is in parentheses: utime is the
-	// 14th field of the line, stime the 15th (11th and 12th after ")").
 	rest := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	ut, _ := strconv.ParseInt(rest[11], 10, 64)
-	st, _ := strconv.ParseInt(rest[12], 10, 64)
-	const ticks = 100 // USER_HZ on Linux
-	return time.Duration(ut+st) * time.Second / ticks
+	var ticks int64
+	for _, f := range rest[11 : 11+n] {
+		v, _ := strconv.ParseInt(f, 10, 64)
+		ticks += v
+	}
+	const userHZ = 100 // USER_HZ on Linux
+	return time.Duration(ticks) * time.Second / userHZ
 }
