@@ -2,6 +2,7 @@ package platform
 
 import (
 	"context"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -81,6 +82,10 @@ type Runner struct {
 
 	trigger chan struct{}
 	now     func() time.Time
+	// release collects garbage and returns it to the operating system
+	// before and after a full sync (debug.FreeOSMemory; a recorder in
+	// tests).
+	release func()
 
 	mu        sync.Mutex
 	observers []func(SyncResult)
@@ -98,6 +103,7 @@ func NewRunner(cfg RunnerConfig, source StateSource, backend Backend, log logrus
 		log:     log,
 		trigger: make(chan struct{}, 1),
 		now:     time.Now,
+		release: debug.FreeOSMemory,
 	}
 }
 
@@ -233,11 +239,27 @@ func (r *Runner) syncOnce(ctx context.Context, carry core.Changes) SyncResult {
 	if len(carry.ActivatedUDP) > 0 {
 		changes.ActivatedUDP = append(slices.Clone(carry.ActivatedUDP), changes.ActivatedUDP...)
 	}
+	if changes.Full {
+		// A full sync is the proxy's memory peak: the whole encoded batch on
+		// top of the caches. Collecting first (the first one follows the
+		// initial listing's decoding garbage) lets the heap grow from what
+		// is live instead of from twice the last collection's figure, and
+		// collecting after it hands the batch's pages back instead of
+		// leaving them resident under the heap's later growth: peak RSS at
+		// 10,000 Services 185 -> 168 MiB (before only: 195;
+		// test/results/scale.md). Full syncs are rare (start-up,
+		// --full-sync-period, after a failure), and neither collection is
+		// counted in their duration.
+		r.release()
+	}
 	res := SyncResult{ID: r.syncID.Add(1), Full: changes.Full, Start: r.now(), State: state, Changes: changes}
 	log := r.log.WithFields(logrus.Fields{"sync": res.ID, "full": res.Full, "ports": len(changes.Ports)})
 	log.Debug("sync start")
 	res.Err = r.backend.Sync(ctx, state, changes)
 	res.Duration = r.now().Sub(res.Start)
+	if res.Full {
+		r.release()
+	}
 	if res.Err == nil {
 		log.WithField("duration", res.Duration.String()).Debug("sync done")
 	}
