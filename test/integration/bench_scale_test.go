@@ -3,7 +3,6 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"github.com/crossproxy/crossproxy/test/heapstat"
@@ -83,20 +82,11 @@ func loadavg() string {
 // procStatusKB is a "VmHWM"/"VmRSS" line of /proc/PID/status in KiB.
 func procStatusKB(tb testing.TB, pid int, field string) int64 {
 	tb.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		tb.Fatalf("process status: %v", err)
+	v, ok := statusKB(pid, field)
+	if !ok {
+		tb.Fatalf("no %s in /proc/%d/status", field, pid)
 	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), field+":"); ok {
-			v, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return v
-		}
-	}
-	tb.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
+	return v
 }
 
 // lastLiveHeapMB is the live heap after the last garbage collection the
