@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -99,10 +100,37 @@ type BackendConfig struct {
 	SourceVIP string
 	// EnableDSR asks for direct server return where HNS supports it.
 	EnableDSR bool
+	// ForwardHealthCheckVIP forwards the health-check port of every
+	// LoadBalancer ingress IP to the host, as kube-proxy's
+	// winkernel.forwardHealthCheckVip: cloud load balancers that probe the
+	// Service VIP itself then reach the node's health server.
+	ForwardHealthCheckVIP bool
+	// RootHNSEndpointName is the host's HNS endpoint those probes go to
+	// (kube-proxy's rootHnsEndpointName; empty means "cbr0", as kube-proxy).
+	RootHNSEndpointName string
+	// HealthzPort is the port of /healthz, where the health-check VIP of a
+	// Service without a healthCheckNodePort leads (0: healthz disabled).
+	HealthzPort uint16
+	// SourceVIPOrigin says where SourceVIP came from ("flag", "config file",
+	// "Node annotation"), for the log and explain.
+	SourceVIPOrigin string
+	// Repairs counts objects found changed or gone behind the proxy's back
+	// and put back (a metric); nil when nothing counts them.
+	Repairs RepairCounter
+	// DriftCheckPeriod is how often the HNS backend lists its load balancers
+	// to find drift: the runner's SyncPeriod, so a periodic sync checks.
+	DriftCheckPeriod time.Duration
 	// Notifier receives the features HNS cannot express for a Service, for
 	// Events on it (platform/events.Recorder); nil when no API server is
 	// followed (standalone mode).
 	Notifier Notifier
+}
+
+// RepairCounter is told how many objects of one kind ("load balancer",
+// "remote endpoint") a backend found changed or missing and put back, so
+// drift behind the proxy's back shows in its metrics.
+type RepairCounter interface {
+	Repaired(object string, n int)
 }
 
 // Notifier is told about Service features a data plane cannot express, so

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	v1 "k8s.io/api/core/v1"
@@ -24,6 +25,10 @@ import (
 // cmd passes platform/events.Recorder through BackendConfig.Notifier, which
 // turns each call into an Event on the Service.
 type Notifier = platform.Notifier
+
+// DefaultRootEndpointName is the host's HNS endpoint on the network, as
+// kube-proxy's --root-hnsendpoint-name defaults it.
+const DefaultRootEndpointName = "cbr0"
 
 // DefaultConcurrency bounds the HNS calls in flight; HNS serialises much of
 // its work, so more gains little and risks timeouts.
@@ -44,13 +49,36 @@ type Config struct {
 	// address; overlay networks need it for the source VIP endpoint and the
 	// ClusterIP remote endpoints (kube-proxy reads it the same way).
 	HostMAC func(netip.Addr) (string, error)
+	// ForwardHealthCheckVIP forwards each LoadBalancer ingress IP's
+	// health-check port to the host endpoint named RootEndpointName, as
+	// kube-proxy's winkernel.forwardHealthCheckVip.
+	ForwardHealthCheckVIP bool
+	// RootEndpointName is the host's HNS endpoint ("cbr0" if empty, as kube-proxy).
+	RootEndpointName string
+	// HealthzPort is the health-check VIP's port for Services without a
+	// healthCheckNodePort (the proxy's /healthz port).
+	HealthzPort uint16
 	// Concurrency bounds the HNS calls in flight (DefaultConcurrency if 0).
 	Concurrency int
 	// Ledger records which load balancers crossproxy owns (required).
 	Ledger Ledger
 	// Notifier receives what HNS cannot express (optional).
 	Notifier Notifier
+	// Repairs counts what drift repair put back (optional; a metric).
+	Repairs RepairCounter
+	// DriftCheckPeriod is how often a partial sync first lists the load
+	// balancers to find drift (the runner's SyncPeriod, which guarantees a
+	// sync that often; DefaultDriftCheckPeriod if 0). Partial syncs closer
+	// together skip the listing, so a burst of changes costs no extra calls.
+	DriftCheckPeriod time.Duration
 }
+
+// DefaultDriftCheckPeriod is kube-proxy's default syncPeriod.
+const DefaultDriftCheckPeriod = 30 * time.Second
+
+// RepairCounter counts the objects drift repair put back
+// (platform/metrics.Metrics in `crossproxy run`).
+type RepairCounter = platform.RepairCounter
 
 // Backend makes HNS match a core.NodeState: it plans, diffs against what HNS
 // reported, and applies the difference with the fewest calls. It owns only
@@ -66,6 +94,10 @@ type Backend struct {
 	network  Network
 	hostMAC  string
 	byIP     map[netip.Addr]Endpoint
+	// root is the host endpoint health-check VIPs lead to (forwardHealthCheckVip);
+	// invalid IP when HNS has none by that name.
+	root     Endpoint
+	rootSeen bool // the root endpoint's presence has been logged
 	// dupRemotes are remote endpoints that share their address with a local
 	// one (Windows Server 2019/2022): deleted at the end of a full sync.
 	dupRemotes   []Endpoint
@@ -75,8 +107,15 @@ type Backend struct {
 	saved        LedgerData // what the Ledger holds
 	ledgerLoaded bool
 	synced       bool
-	retry        map[core.PortKey]struct{}
-	noticed      map[types.NamespacedName]map[string]string
+	now          func() time.Time
+	// checked is when HNS' load balancers were last listed (full sync or
+	// drift check).
+	checked time.Time
+	// remotesCreated counts remote endpoints created (drift repair reports
+	// how many a repair made again).
+	remotesCreated int
+	retry          map[core.PortKey]struct{}
+	noticed        map[types.NamespacedName]map[string]string
 	// frontends are the last applied state's frontends per port, so
 	// Programmed can report a frontend without a load balancer as what HNS
 	// does with its traffic: drop it.
@@ -93,8 +132,14 @@ func New(h HNS, cfg Config, log logrus.FieldLogger) (*Backend, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = DefaultConcurrency
 	}
+	if cfg.DriftCheckPeriod <= 0 {
+		cfg.DriftCheckPeriod = DefaultDriftCheckPeriod
+	}
+	if cfg.RootEndpointName == "" {
+		cfg.RootEndpointName = DefaultRootEndpointName
+	}
 	return &Backend{
-		hns: h, cfg: cfg, log: log,
+		hns: h, cfg: cfg, log: log, now: time.Now,
 		byIP:      map[netip.Addr]Endpoint{},
 		owned:     map[string]ownedLB{},
 		foreign:   map[string][]string{},
@@ -137,10 +182,36 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 		return err
 	}
 	full := changes.Full || !b.synced
-	if full {
+	var drift []string
+	// The runner's periodic sync comes at least DriftCheckPeriod after the
+	// last one; a tenth of slack keeps timer jitter from skipping a check.
+	due := b.now().Sub(b.checked) >= b.cfg.DriftCheckPeriod-b.cfg.DriftCheckPeriod/10
+	if !full && due {
+		// Each partial sync (at least one per SyncPeriod) checks with one
+		// listing that HNS still holds crossproxy's load balancers as they
+		// were programmed; any that went or changed behind its back (an HNS
+		// restart, another tool) turn this sync into a full one, which puts
+		// them back now instead of at the next periodic full sync.
+		lbs, err := b.hns.ListLoadBalancers(ctx)
+		if err != nil {
+			return fmt.Errorf("hns: check load balancers for drift: %w", err)
+		}
+		b.checked = b.now()
+		if drift = b.drifted(lbs); len(drift) > 0 {
+			b.log.WithField("drifted", strings.Join(drift, "; ")).Warn("load balancers changed or gone behind crossproxy's back: repairing them in this sync")
+			if b.cfg.Repairs != nil {
+				b.cfg.Repairs.Repaired("load balancer", len(drift))
+			}
+			full = true
+			if err := b.refreshWith(ctx, lbs, true); err != nil {
+				return err
+			}
+		}
+	} else if full {
 		if err := b.refresh(ctx); err != nil {
 			return err
 		}
+		b.checked = b.now()
 	}
 	opts, err := b.planOptions(state)
 	if err != nil {
@@ -155,9 +226,38 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 	}
 	plan := PlanPorts(state, list, opts)
 	b.rememberFrontends(state, keys, full)
+	remotes := b.remotesCreated
 	notices, err := b.reconcile(ctx, plan, keys, full)
 	b.notify(state, append(plan.Notices, notices...), changes, keys, full)
+	if len(drift) > 0 {
+		n := b.remotesCreated - remotes
+		if n > 0 && b.cfg.Repairs != nil {
+			b.cfg.Repairs.Repaired("remote endpoint", n)
+		}
+		b.log.WithFields(logrus.Fields{"loadBalancers": len(drift), "remoteEndpointsRecreated": n, "complete": err == nil}).Warn("drift repair done")
+	}
 	return err
+}
+
+// drifted compares HNS' load balancers with what crossproxy owns, by id and
+// content, and names each owned one HNS no longer holds or holds changed.
+func (b *Backend) drifted(lbs []LoadBalancer) []string {
+	byID := make(map[string]LoadBalancer, len(lbs))
+	for _, lb := range lbs {
+		byID[strings.ToLower(lb.ID)] = lb
+	}
+	var out []string
+	for id, o := range b.owned {
+		got, ok := byID[strings.ToLower(id)]
+		switch {
+		case !ok:
+			out = append(out, fmt.Sprintf("%s %s of %s missing", o.Owner.Kind, o.LB.Frontend(), o.Owner.Key()))
+		case !sameLB(got, o.LB):
+			out = append(out, fmt.Sprintf("%s %s of %s changed", o.Owner.Kind, o.LB.Frontend(), o.Owner.Key()))
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // scope is the ports a sync plans: every port (and every owned load
@@ -184,6 +284,9 @@ func (b *Backend) scope(state *core.NodeState, changes core.Changes, full bool) 
 // it checks kube-proxy's prerequisites and finds the host MAC once.
 func (b *Backend) planOptions(state *core.NodeState) (PlanOptions, error) {
 	opts := PlanOptions{Network: b.network, Features: *b.features, SourceVIP: b.cfg.SourceVIP, EnableDSR: b.cfg.EnableDSR, NodeIP: b.cfg.NodeIP}
+	if b.cfg.ForwardHealthCheckVIP {
+		opts.HealthCheckGateway, opts.HealthzPort = b.root.IP, b.cfg.HealthzPort
+	}
 	if err := OverlayPrerequisites(opts, state); err != nil {
 		return opts, fmt.Errorf("hns: %w", err)
 	}
@@ -249,6 +352,14 @@ func (b *Backend) loadLedger() error {
 // refresh re-reads the network, its endpoints and the load balancers from
 // HNS, and decides which load balancers are crossproxy's.
 func (b *Backend) refresh(ctx context.Context) error {
+	return b.refreshWith(ctx, nil, false)
+}
+
+// refreshWith is refresh with the load balancers already listed when listed
+// is set (drift repair): the network and its endpoints are read again all
+// the same, since what took load balancers (an HNS restart) takes remote
+// endpoints too.
+func (b *Backend) refreshWith(ctx context.Context, lbs []LoadBalancer, listed bool) error {
 	if b.cfg.NetworkName == "" {
 		return fmt.Errorf("hns: %w: no HNS network name (flag --network-name)", ErrInvalid)
 	}
@@ -261,9 +372,10 @@ func (b *Backend) refresh(ctx context.Context) error {
 	if err := b.listEndpoints(ctx); err != nil {
 		return err
 	}
-	lbs, err := b.hns.ListLoadBalancers(ctx)
-	if err != nil {
-		return fmt.Errorf("list load balancers: %w", err)
+	if !listed {
+		if lbs, err = b.hns.ListLoadBalancers(ctx); err != nil {
+			return fmt.Errorf("list load balancers: %w", err)
+		}
 	}
 	b.adopt(lbs)
 	return b.saveLedger()
@@ -318,7 +430,12 @@ func (b *Backend) listEndpoints(ctx context.Context) error {
 	}
 	b.byIP = make(map[netip.Addr]Endpoint, len(eps))
 	b.dupRemotes = nil
+	root := b.root
+	b.root = Endpoint{}
 	for _, ep := range eps {
+		if ep.Name == b.cfg.RootEndpointName && !ep.Remote {
+			b.root = ep
+		}
 		old, ok := b.byIP[ep.IP]
 		switch {
 		case !ok:
@@ -328,6 +445,14 @@ func (b *Backend) listEndpoints(ctx context.Context) error {
 		case old.Remote && !ep.Remote:
 			b.dupRemotes = append(b.dupRemotes, old)
 			b.byIP[ep.IP] = ep
+		}
+	}
+	if b.cfg.ForwardHealthCheckVIP && (b.root.IP != root.IP || !b.rootSeen) {
+		b.rootSeen = true
+		if b.root.IP.IsValid() {
+			b.log.WithFields(logrus.Fields{"endpoint": b.cfg.RootEndpointName, "ip": b.root.IP}).Info("forwardHealthCheckVip: health-check ports of LoadBalancer ingress IPs lead to the host endpoint")
+		} else {
+			b.log.WithField("endpoint", b.cfg.RootEndpointName).Warn("forwardHealthCheckVip: HNS has no host endpoint of that name on the network: health-check ports are not forwarded")
 		}
 	}
 	return nil
@@ -428,6 +553,14 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 	for _, lb := range lbs {
 		o, ok := b.ledger.LoadBalancers[lb.ID]
 		if !ok || o.Service() != svc {
+			continue
+		}
+		if o.Kind == kindHealthCheck {
+			// Not a frontend of the Service: the cloud's probe, forwarded to the host.
+			for _, vip := range lb.FrontendVIPs {
+				out.Notes = append(out.Notes, fmt.Sprintf("HealthCheckVIP: %s %s forwarded to the host endpoint %s (forwardHealthCheckVip)",
+					o.Protocol, netip.AddrPortFrom(vip, lb.ExternalPort), b.cfg.RootEndpointName))
+			}
 			continue
 		}
 		var dests []netip.AddrPort

@@ -145,3 +145,33 @@ func (f *Fake) SetRemoteSubnets(s []RemoteSubnet) {
 	defer f.mu.Unlock()
 	f.network.RemoteSubnets = s
 }
+
+// RestartLosingState is an HNS restart that keeps nothing crossproxy made:
+// every load balancer and every remote endpoint is gone, and so is the
+// overlay source VIP endpoint crossproxy created; the CNI's endpoints stay.
+func (f *Fake) RestartLosingState() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.lbs)
+	for id, ep := range f.eps {
+		if ep.Remote || ep.Name == SourceVIPEndpointName {
+			delete(f.eps, id)
+		}
+	}
+}
+
+// DeleteBehind deletes a load balancer as another tool would (not a call).
+func (f *Fake) DeleteBehind(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.lbs, id)
+}
+
+// ChangeBehind changes a load balancer in place as another tool would (not a call).
+func (f *Fake) ChangeBehind(id string, change func(*LoadBalancer)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	lb := f.lbs[id]
+	change(&lb)
+	f.lbs[id] = lb
+}

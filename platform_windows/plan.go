@@ -35,7 +35,21 @@ type PlanOptions struct {
 	// HostMAC is the MAC of the host interface with NodeIP (overlay: the
 	// source VIP endpoint and the ClusterIP remote endpoints use it).
 	HostMAC string
+	// HealthCheckGateway is the address of the host's own HNS endpoint
+	// (kube-proxy's root endpoint, "cbr0") when forwardHealthCheckVip is on
+	// and HNS has that endpoint; invalid otherwise. Each LoadBalancer ingress
+	// IP then gets a load balancer on its health-check port that leads to it.
+	HealthCheckGateway netip.Addr
+	// HealthzPort is the health-check VIP's port for Services without a
+	// healthCheckNodePort (the proxy's /healthz port; 0: none).
+	HealthzPort uint16
 }
+
+// kindHealthCheck owns the load balancers that forward a LoadBalancer
+// ingress IP's health-check port to the host (forwardHealthCheckVip). It is
+// no frontend of the core's: the Service's port owns them in the ledger, and
+// Programmed reports them as notes, not as frontends.
+const kindHealthCheck core.FrontendKind = "HealthCheckVIP"
 
 // PlannedLB is one load balancer the NodeState needs, with its endpoints as
 // addresses (the applier resolves them to HNS endpoint ids).
@@ -180,6 +194,9 @@ func (pl *planner) port(k core.PortKey, p *core.ServicePort) {
 	for _, lb := range lbs {
 		f := lb.LB.Frontend()
 		if other, dup := pl.frontends[f]; dup {
+			if lb.Kind == kindHealthCheck && other.Service == k.Service {
+				continue // the Service's other ports share the ingress IP's health-check port
+			}
 			pl.plan.Notices = append(pl.plan.Notices, Notice{k.Service, "FrontendConflict",
 				fmt.Sprintf("%s %s is already used by %s; HNS allows one load balancer per frontend", lb.Kind, f, other)})
 			continue
@@ -320,7 +337,49 @@ func (pl *planner) planPort(p *core.ServicePort) ([]PlannedLB, []Notice) {
 		// No VIP: HNS serves the NodePort on every host address, as kube-proxy's.
 		emit(core.FrontendNodePort, nil, p.NodePort, external, p.ExternalEmpty, LBFlags{DSR: externalDSR, LocalRoutedVIP: true, VipExternalIP: true})
 	}
+	lbs = append(lbs, pl.healthCheckLBs(p, base, external, note)...)
 	return lbs, notices
+}
+
+// healthCheckLBs forwards the health-check port of each LoadBalancer ingress
+// IP to the host's own endpoint (forwardHealthCheckVip), as kube-proxy's
+// winkernel: cloud load balancers that probe the ingress IP on the Service's
+// healthCheckNodePort (else the proxy's healthz port) then reach this node's
+// health server instead of nothing. Like winkernel it forwards only while the
+// external set holds a ready endpoint: with none (no local endpoint under
+// externalTrafficPolicy Local, or only terminating ones) the probe fails and
+// the cloud takes the node out, which is what the probe is for.
+func (pl *planner) healthCheckLBs(p *core.ServicePort, base LoadBalancer, external []core.Endpoint, note func(feature, format string, args ...any)) []PlannedLB {
+	gw := pl.opts.HealthCheckGateway
+	if !gw.IsValid() || !slices.ContainsFunc(external, func(e core.Endpoint) bool { return e.Ready }) {
+		return nil
+	}
+	port := p.HealthCheckNodePort
+	if port == 0 {
+		port = pl.opts.HealthzPort
+	}
+	var out []PlannedLB
+	for _, f := range p.Frontends {
+		if f.Kind != core.FrontendLoadBalancer {
+			continue
+		}
+		if port == 0 {
+			note("HealthCheckVIP", "port %s: forwardHealthCheckVip is on but the Service has no healthCheckNodePort and the proxy serves no healthz port: %s is not forwarded", p.Key.PortName, f.Addr)
+			continue
+		}
+		if f.Addr.Is6() != gw.Is6() {
+			note("HealthCheckVIP", "port %s: the host endpoint %s is of the other IP family: the health-check port of %s is not forwarded", p.Key.PortName, gw, f.Addr)
+			continue
+		}
+		lb := base
+		lb.FrontendVIPs = []netip.Addr{f.Addr}
+		lb.ExternalPort, lb.InternalPort = port, port
+		// No DSR, no affinity: the probe is answered by the host itself.
+		lb.Flags = LBFlags{IPv6: f.Addr.Is6()}
+		lb.SourceIPAffinity = false
+		out = append(out, PlannedLB{Owner: p.Key, Kind: kindHealthCheck, LB: lb, Endpoints: []netip.Addr{gw}, Remote: map[netip.Addr]bool{}})
+	}
+	return out
 }
 
 // usable leaves out the local endpoints at this node's own address

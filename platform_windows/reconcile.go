@@ -183,6 +183,7 @@ func (r *round) createRemoteEndpoints(ctx context.Context, plan Plan, skip map[n
 		}
 		r.mu.Lock()
 		b.byIP[got.IP] = got
+		b.remotesCreated++
 		r.mu.Unlock()
 		return nil
 	})

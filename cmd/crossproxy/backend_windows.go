@@ -43,7 +43,9 @@ func newBackend(cfg platform.BackendConfig, log logrus.FieldLogger) (platform.Ba
 	if cfg.NetworkName == "" {
 		cfg.NetworkName = os.Getenv("KUBE_NETWORK")
 	}
-	c := hns.Config{NetworkName: cfg.NetworkName, EnableDSR: cfg.EnableDSR, Ledger: hns.FileLedger{Path: ledgerPath()}, Notifier: cfg.Notifier}
+	c := hns.Config{NetworkName: cfg.NetworkName, EnableDSR: cfg.EnableDSR, Ledger: hns.FileLedger{Path: ledgerPath()}, Notifier: cfg.Notifier,
+		ForwardHealthCheckVIP: cfg.ForwardHealthCheckVIP, RootEndpointName: cfg.RootHNSEndpointName, HealthzPort: cfg.HealthzPort,
+		Repairs: cfg.Repairs, DriftCheckPeriod: cfg.DriftCheckPeriod}
 	if cfg.SourceVIP != "" {
 		a, err := netip.ParseAddr(cfg.SourceVIP)
 		if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/crossproxy/crossproxy/platform/health"
 	"github.com/crossproxy/crossproxy/platform/logging"
 	"github.com/crossproxy/crossproxy/platform/manifest"
+	"github.com/crossproxy/crossproxy/platform/metrics"
 )
 
 func init() { addCommand(newRunCommand) }
@@ -78,6 +79,7 @@ Stopping run leaves the rules in place, so a restart or upgrade does not interru
 	f.StringVar(&ro.backend.NetworkName, "network-name", "", "Windows: the HNS network the load balancers attach to")
 	f.StringVar(&ro.backend.SourceVIP, "source-vip", "", "Windows: source address for load-balanced traffic on overlay networks")
 	f.BoolVar(&ro.backend.EnableDSR, "enable-dsr", false, "Windows: use direct server return where HNS supports it")
+	addHNSRunFlags(f, &ro.backend)
 	f.StringVar(&ro.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&ro.logFormat, "log-format", "text", "log format: text or json")
 	ro.coreOptions = addCoreOptionFlags(cmd)
@@ -146,6 +148,10 @@ func (ro *runOptions) run(ctx context.Context) error {
 		}
 		defer ro.kube.events.Shutdown()
 	}
+	// The backend counts drift it repairs in the metrics served later.
+	ro.kube.metrics = metrics.New()
+	ro.backend.Repairs = ro.kube.metrics
+	ro.backend.DriftCheckPeriod = ro.runner.SyncPeriod
 	backend, err = newBackend(ro.backend, log)
 	if err != nil {
 		return fmt.Errorf("start backend: %w", err)

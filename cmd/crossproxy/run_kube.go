@@ -137,6 +137,7 @@ func (rk *runKube) apply(changed func(flag string) bool, ro *runOptions) (notes 
 			cfg.MetricsBindAddress = ""
 		}
 	}
+	mergeHNSFlags(changed, &cfg, ro.backend)
 	// The flag-only settings stay as the flags say.
 	cfg.Backend.NetNSPath = ro.backend.NetNSPath
 	cfg.Runner.MaxBackoff = ro.runner.MaxBackoff
@@ -210,7 +211,9 @@ func (rk *runKube) connect(ro *runOptions, log logrus.FieldLogger) error {
 // stops the start: an operator who configured a probe port relies on it.
 func (rk *runKube) observe(ctx context.Context, wg *sync.WaitGroup, runner *platform.Runner, hc *health.NodePorts, log logrus.FieldLogger) error {
 	rk.status = health.NewStatus(2 * runner.Config().SyncPeriod)
-	rk.metrics = metrics.New()
+	if rk.metrics == nil {
+		rk.metrics = metrics.New()
+	}
 	if hc != nil {
 		// As kube-proxy: a health-check node port fails while the proxy
 		// itself is unhealthy, whatever its local endpoint count.

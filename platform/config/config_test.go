@@ -80,7 +80,10 @@ func TestWindowsKubeProxyConfig(t *testing.T) {
 	for _, i := range c.Ignored {
 		fields = append(fields, i.Field)
 	}
-	if got := strings.Join(fields, ","); got != "featureGates,winkernel.forwardHealthCheckVip" {
+	if !b.ForwardHealthCheckVIP {
+		t.Errorf("winkernel.forwardHealthCheckVip not taken: %+v", b)
+	}
+	if got := strings.Join(fields, ","); got != "featureGates" {
 		t.Errorf("ignored fields %q (%v)", got, c.Ignored)
 	}
 	// The same file on Linux is refused by mode, with the field named.

@@ -253,10 +253,11 @@ func (k *kubeProxyConfiguration) applyWindows(c *Config, goos string) {
 	c.Backend.NetworkName = k.Winkernel.NetworkName
 	c.Backend.SourceVIP = k.Winkernel.SourceVip
 	c.Backend.EnableDSR = k.Winkernel.EnableDSR
-	c.ignore(k.Winkernel.RootHnsEndpointName != "", "winkernel.rootHnsEndpointName", "not used by crossproxy's HNS backend")
-	c.ignore(k.Winkernel.ForwardHealthCheckVip, "winkernel.forwardHealthCheckVip", "not used by crossproxy's HNS backend")
+	c.Backend.ForwardHealthCheckVIP = k.Winkernel.ForwardHealthCheckVip
+	c.Backend.RootHNSEndpointName = k.Winkernel.RootHnsEndpointName
 	if goos != "windows" {
-		c.ignore(k.Winkernel.NetworkName != "" || k.Winkernel.SourceVip != "" || k.Winkernel.EnableDSR, "winkernel", "Windows only; this node runs "+goos)
+		c.ignore(k.Winkernel.NetworkName != "" || k.Winkernel.SourceVip != "" || k.Winkernel.EnableDSR ||
+			k.Winkernel.ForwardHealthCheckVip || k.Winkernel.RootHnsEndpointName != "", "winkernel", "Windows only; this node runs "+goos)
 	}
 }
 

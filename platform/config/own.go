@@ -46,6 +46,10 @@ type crossproxyConfiguration struct {
 		NetworkName string `json:"networkName"`
 		SourceVIP   string `json:"sourceVip"`
 		EnableDSR   bool   `json:"enableDSR"`
+		// ForwardHealthCheckVIP and RootHNSEndpointName are kube-proxy's
+		// winkernel fields of the same names.
+		ForwardHealthCheckVIP bool   `json:"forwardHealthCheckVip"`
+		RootHNSEndpointName   string `json:"rootHnsEndpointName"`
 	} `json:"windows"`
 }
 
@@ -103,7 +107,10 @@ func (o *crossproxyConfiguration) apply(c *Config, goos string) error {
 	c.Backend.NetworkName = o.Windows.NetworkName
 	c.Backend.SourceVIP = o.Windows.SourceVIP
 	c.Backend.EnableDSR = o.Windows.EnableDSR
-	if goos != "windows" && (o.Windows.NetworkName != "" || o.Windows.SourceVIP != "" || o.Windows.EnableDSR) {
+	c.Backend.ForwardHealthCheckVIP = o.Windows.ForwardHealthCheckVIP
+	c.Backend.RootHNSEndpointName = o.Windows.RootHNSEndpointName
+	if goos != "windows" && (o.Windows.NetworkName != "" || o.Windows.SourceVIP != "" || o.Windows.EnableDSR ||
+		o.Windows.ForwardHealthCheckVIP || o.Windows.RootHNSEndpointName != "") {
 		c.Ignored = append(c.Ignored, Ignored{Field: "windows", Reason: "Windows only; this node runs " + goos})
 	}
 	if goos == "windows" && (o.NFTables.Table != "" || o.NFTables.LocalhostNodePorts) {

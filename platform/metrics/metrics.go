@@ -37,6 +37,7 @@ type Metrics struct {
 	Programmed          *prometheus.GaugeVec
 	SyncFailures        *prometheus.CounterVec
 	Problems            *prometheus.GaugeVec
+	Repairs             *prometheus.CounterVec
 
 	now func() time.Time
 }
@@ -96,10 +97,13 @@ func New() *Metrics {
 	m.Problems = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "crossproxy_input_problems",
 		Help: "Objects (or parts of them) the core rejected in the last computed state, by kind"}, []string{"kind"})
+	m.Repairs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "crossproxy_drift_repairs_total",
+		Help: "Data plane objects found changed or missing behind crossproxy's back and put back, by object kind"}, []string{"object"})
 
 	m.Registry.MustRegister(m.SyncDuration, m.SyncFullDuration, m.SyncPartialDuration, m.NetworkProgramming,
 		m.LastSync, m.LastQueued, m.ServiceChanges, m.EndpointChanges, m.NoLocalEndpoints,
-		m.Programmed, m.SyncFailures, m.Problems,
+		m.Programmed, m.SyncFailures, m.Problems, m.Repairs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, p := range []string{"internal", "external"} {
 		m.NoLocalEndpoints.WithLabelValues(p)
@@ -113,6 +117,12 @@ func New() *Metrics {
 // Handler serves the registry in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
+
+// Repaired implements platform.RepairCounter: n objects of one kind were
+// found drifted and put back.
+func (m *Metrics) Repaired(object string, n int) {
+	m.Repairs.WithLabelValues(object).Add(float64(n))
 }
 
 // Queued records that a sync was queued (platform.Runner.OnQueued).

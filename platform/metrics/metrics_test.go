@@ -88,6 +88,11 @@ func TestObserveSyncExportsKubeProxyNames(t *testing.T) {
 	if got := value(t, m.Problems.WithLabelValues("Service")); got != 1 {
 		t.Errorf("problems Service = %v", got)
 	}
+	m.Repaired("load balancer", 3)
+	m.Repaired("load balancer", 1)
+	if got := value(t, m.Repairs.WithLabelValues("load balancer")); got != 4 {
+		t.Errorf("repairs load balancer = %v, want 4", got)
+	}
 	if got := value(t, m.LastSync); got < float64(start.Unix()) {
 		t.Errorf("last timestamp %v before start %v", got, start.Unix())
 	}
