@@ -114,6 +114,13 @@ type BackendConfig struct {
 	// SourceVIPOrigin says where SourceVIP came from ("flag", "config file",
 	// "Node annotation"), for the log and explain.
 	SourceVIPOrigin string
+	// CNIBinDir, CNINetwork and CNIDataDir locate the network's IPAM plugin
+	// (host-local) and its store, where an overlay node without a source VIP
+	// reserves one from its pod CIDR (empty: C:\opt\cni\bin, the HNS
+	// network's name, the plugin's default).
+	CNIBinDir  string
+	CNINetwork string
+	CNIDataDir string
 	// Repairs counts objects found changed or gone behind the proxy's back
 	// and put back (a metric); nil when nothing counts them.
 	Repairs RepairCounter

@@ -39,8 +39,15 @@ type Config struct {
 	// NetworkName is the HNS network (from the CNI) the load balancers use.
 	// Sync and Programmed need it; Cleanup falls back to the ledger's.
 	NetworkName string
-	// SourceVIP is the overlay source VIP; overlay networks need it.
-	SourceVIP netip.Addr
+	// SourceVIP is the overlay source VIP given explicitly (flag, config
+	// file or the Node annotation; SourceVIPOrigin says which). Invalid: the
+	// backend finds one per node (chooseSourceVIP).
+	SourceVIP       netip.Addr
+	SourceVIPOrigin string
+	// IPAM reserves a source VIP from the node's pod CIDR when neither an
+	// explicit one nor an existing source-VIP endpoint gives one (nil: none
+	// is reserved, and an overlay node without a source VIP is refused).
+	IPAM IPAM
 	// EnableDSR asks for direct server return on ClusterIP load balancers.
 	EnableDSR bool
 	// NodeIP overrides the Node's own address (overlay provider address).
@@ -93,7 +100,11 @@ type Backend struct {
 	features *Features
 	network  Network
 	hostMAC  string
-	byIP     map[netip.Addr]Endpoint
+	// sourceVIP is the overlay source VIP in use and sourceVIPFrom how it
+	// was chosen (log, explain).
+	sourceVIP     netip.Addr
+	sourceVIPFrom string
+	byIP          map[netip.Addr]Endpoint
 	// root is the host endpoint health-check VIPs lead to (forwardHealthCheckVip);
 	// invalid IP when HNS has none by that name.
 	root     Endpoint
@@ -169,7 +180,7 @@ func (b *Backend) Preflight(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("get HNS network %q: %w", b.cfg.NetworkName, err)
 	}
-	return OverlayPrerequisites(PlanOptions{Network: nw, Features: *b.features, SourceVIP: b.cfg.SourceVIP}, nil)
+	return OverlayPrerequisites(PlanOptions{Network: nw, Features: *b.features, SourceVIP: b.cfg.SourceVIP, AutoSourceVIP: b.cfg.IPAM != nil}, nil)
 }
 
 // Sync implements platform.Backend. A full sync re-reads HNS (3 calls) and
@@ -213,7 +224,7 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 		}
 		b.checked = b.now()
 	}
-	opts, err := b.planOptions(state)
+	opts, err := b.planOptions(ctx, state)
 	if err != nil {
 		b.synced = false
 		return err
@@ -281,16 +292,18 @@ func (b *Backend) scope(state *core.NodeState, changes core.Changes, full bool) 
 }
 
 // planOptions are the planner's options for this node; on overlay networks
-// it checks kube-proxy's prerequisites and finds the host MAC once.
-func (b *Backend) planOptions(state *core.NodeState) (PlanOptions, error) {
-	opts := PlanOptions{Network: b.network, Features: *b.features, SourceVIP: b.cfg.SourceVIP, EnableDSR: b.cfg.EnableDSR, NodeIP: b.cfg.NodeIP}
+// it finds the host MAC once and the source VIP, and checks kube-proxy's
+// prerequisites.
+func (b *Backend) planOptions(ctx context.Context, state *core.NodeState) (PlanOptions, error) {
+	opts := PlanOptions{Network: b.network, Features: *b.features, EnableDSR: b.cfg.EnableDSR, NodeIP: b.cfg.NodeIP}
 	if b.cfg.ForwardHealthCheckVIP {
 		opts.HealthCheckGateway, opts.HealthzPort = b.root.IP, b.cfg.HealthzPort
 	}
-	if err := OverlayPrerequisites(opts, state); err != nil {
-		return opts, fmt.Errorf("hns: %w", err)
-	}
-	if !b.network.IsOverlay() {
+	if !b.network.IsOverlay() || !opts.nodeIP(state).IsValid() {
+		opts.SourceVIP = b.cfg.SourceVIP
+		if err := OverlayPrerequisites(opts, state); err != nil {
+			return opts, fmt.Errorf("hns: %w", err)
+		}
 		return opts, nil
 	}
 	if b.hostMAC == "" {
@@ -305,6 +318,13 @@ func (b *Backend) planOptions(state *core.NodeState) (PlanOptions, error) {
 		b.hostMAC = mac
 	}
 	opts.HostMAC = b.hostMAC
+	if err := b.chooseSourceVIP(ctx, state, opts.nodeIP(state)); err != nil {
+		return opts, fmt.Errorf("hns: overlay network %q: %w", b.network.Name, err)
+	}
+	opts.SourceVIP = b.sourceVIP
+	if err := OverlayPrerequisites(opts, state); err != nil {
+		return opts, fmt.Errorf("hns: %w", err)
+	}
 	return opts, nil
 }
 
@@ -619,6 +639,9 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 	for feature, detail := range b.noticed[svc] {
 		out.Notes = append(out.Notes, feature+": "+detail)
 	}
+	if b.sourceVIP.IsValid() && len(out.Frontends) > 0 {
+		out.Notes = append(out.Notes, fmt.Sprintf("SourceVIP: overlay source VIP %s, chosen by %s", b.sourceVIP, b.sourceVIPFrom))
+	}
 	sort.Strings(out.Notes)
 	return out, nil
 }
@@ -676,7 +699,11 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 			}
 		}
 	}
-	b.ledger = LedgerData{LoadBalancers: keep, Frontends: map[string]string{}, Pending: map[string]PendingLB{}, Network: b.ledger.Network}
+	if err := b.releaseSourceVIP(ctx); err != nil {
+		failures = append(failures, err)
+	}
+	b.ledger = LedgerData{LoadBalancers: keep, Frontends: map[string]string{}, Pending: map[string]PendingLB{}, Network: b.ledger.Network, SourceVIP: b.ledger.SourceVIP}
+	b.sourceVIP, b.sourceVIPFrom = netip.Addr{}, ""
 	b.owned = map[string]ownedLB{}
 	b.byIP = map[netip.Addr]Endpoint{}
 	b.synced = false

@@ -54,7 +54,7 @@ func hostMACOf(netip.Addr) (string, error) { return hostMAC, nil }
 func newRigOn(t *testing.T, nw Network, features Features, locals ...string) *rig {
 	t.Helper()
 	r := &rig{fake: NewFake(nw, features), ledger: &MemoryLedger{}, notifier: &recordingNotifier{}, localIDs: map[string]string{}}
-	cfg := Config{NetworkName: nw.Name, NodeIP: ip("192.168.0.11"), Ledger: r.ledger, Notifier: r.notifier, HostMAC: hostMACOf}
+	cfg := Config{NetworkName: nw.Name, NodeIP: ip("192.168.0.11"), Ledger: r.ledger, Notifier: r.notifier, HostMAC: hostMACOf, SourceVIPOrigin: "flag --source-vip"}
 	if nw.IsOverlay() {
 		cfg.SourceVIP = ip("10.244.1.2")
 		r.fake.AddEndpoint(Endpoint{Name: "source-vip", IP: cfg.SourceVIP, MAC: hostMAC, ProviderAddress: cfg.NodeIP})
@@ -294,7 +294,8 @@ func TestProgrammedReadsHNS(t *testing.T) {
 		{Kind: core.FrontendClusterIP, Addr: ip("10.96.0.10"), Port: 80, Protocol: "TCP", Endpoints: eps},
 		{Kind: core.FrontendNodePort, Addr: ip("192.168.0.11"), Port: 30080, Protocol: "TCP", Endpoints: eps},
 		{Kind: core.FrontendLoadBalancer, Addr: ip("198.51.100.9"), Port: 80, Protocol: "TCP", Endpoints: eps},
-	}, Notes: []string{"LoadBalancerSourceRanges: port http: HNS load balancers cannot filter clients by source; loadBalancerSourceRanges 0.0.0.0/8 are not enforced"}}
+	}, Notes: []string{"LoadBalancerSourceRanges: port http: HNS load balancers cannot filter clients by source; loadBalancerSourceRanges 0.0.0.0/8 are not enforced",
+		"SourceVIP: overlay source VIP 10.244.1.2, chosen by flag --source-vip"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)
 	}
@@ -323,7 +324,7 @@ func TestProgrammedWithoutEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []platform.ProgrammedFrontend{{Kind: core.FrontendClusterIP, Addr: ip("10.96.0.10"), Port: 80, Protocol: "TCP", Verdict: core.VerdictDrop}}
-	if !reflect.DeepEqual(got.Frontends, want) || len(got.Notes) != 1 || !strings.HasPrefix(got.Notes[0], "RejectWithoutEndpoints: ") {
+	if !reflect.DeepEqual(got.Frontends, want) || len(got.Notes) != 2 || !strings.HasPrefix(got.Notes[0], "RejectWithoutEndpoints: ") || !strings.HasPrefix(got.Notes[1], "SourceVIP: ") {
 		t.Fatalf("got %+v", got)
 	}
 	r.sync(t, state(), partial(p.Key))

@@ -47,7 +47,7 @@ func TestOverlayPrerequisites(t *testing.T) {
 		features Features
 		want     string
 	}{
-		{"no source VIP", netip.Addr{}, AllFeatures(), "a source VIP (flag --source-vip)"},
+		{"no source VIP", netip.Addr{}, AllFeatures(), "source VIP (flag --source-vip)"},
 		{"no remote subnet support", ip("10.244.1.2"), Features{APIV2: true}, "HNS remote subnet support"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -59,6 +60,19 @@ type LedgerData struct {
 	// Network is the HNS network of the last sync, so cleanup finds
 	// crossproxy's remote endpoints without being told the network.
 	Network string `json:"network,omitempty"`
+	// SourceVIP is the overlay source VIP crossproxy reserved through the
+	// network's IPAM plugin, so a restart reuses it and cleanup releases it.
+	SourceVIP *Reservation `json:"sourceVip,omitempty"`
+}
+
+// Reservation is an address crossproxy holds in the IPAM plugin's store.
+type Reservation struct {
+	Address netip.Addr   `json:"address"`
+	Subnet  netip.Prefix `json:"subnet"`
+	// Network and DataDir are where a CNIIPAM made it (host-local's network
+	// name and store), so cleanup releases it without being told again.
+	Network string `json:"network,omitempty"`
+	DataDir string `json:"dataDir,omitempty"`
 }
 
 // PendingLB is a load balancer create in progress (or failed).
@@ -136,6 +150,10 @@ func (l *MemoryLedger) Save(d LedgerData) error {
 
 func copyLedger(d LedgerData) LedgerData {
 	out := LedgerData{LoadBalancers: maps.Clone(d.LoadBalancers), Frontends: maps.Clone(d.Frontends), Pending: map[string]PendingLB{}, Network: d.Network}
+	if d.SourceVIP != nil {
+		r := *d.SourceVIP
+		out.SourceVIP = &r
+	}
 	if out.LoadBalancers == nil {
 		out.LoadBalancers = map[string]Owner{}
 	}
@@ -151,6 +169,7 @@ func copyLedger(d LedgerData) LedgerData {
 
 // equalLedgers reports whether two ledgers hold the same records.
 func equalLedgers(a, b LedgerData) bool {
-	return a.Network == b.Network && maps.Equal(a.LoadBalancers, b.LoadBalancers) && maps.Equal(a.Frontends, b.Frontends) &&
+	sameVIP := (a.SourceVIP == nil) == (b.SourceVIP == nil) && (a.SourceVIP == nil || *a.SourceVIP == *b.SourceVIP)
+	return sameVIP && a.Network == b.Network && maps.Equal(a.LoadBalancers, b.LoadBalancers) && maps.Equal(a.Frontends, b.Frontends) &&
 		maps.EqualFunc(a.Pending, b.Pending, func(x, y PendingLB) bool { return x.Owner == y.Owner && slices.Equal(x.Foreign, y.Foreign) })
 }

@@ -24,6 +24,10 @@ type PlanOptions struct {
 	// SourceVIP is the overlay source VIP (--source-vip); on L2Bridge networks
 	// load balancers get none, as kube-proxy's.
 	SourceVIP netip.Addr
+	// AutoSourceVIP says the backend finds the source VIP per node (an IPAM
+	// reservation is possible), so OverlayPrerequisites does not ask for one
+	// before the first sync.
+	AutoSourceVIP bool
 	// EnableDSR asks for direct server return on ClusterIP load balancers
 	// (NodePort, ExternalIP and LoadBalancer ingress use DSR exactly when
 	// externalTrafficPolicy is Local, as kube-proxy's).
@@ -94,7 +98,7 @@ func OverlayPrerequisites(opts PlanOptions, state *core.NodeState) error {
 		return nil
 	}
 	var missing []string
-	if !opts.SourceVIP.IsValid() {
+	if !opts.SourceVIP.IsValid() && !opts.AutoSourceVIP {
 		missing = append(missing, "a source VIP (flag --source-vip)")
 	}
 	if !opts.Features.RemoteSubnet {

@@ -4,7 +4,8 @@ set -euo pipefail
 # gcc and libc6-dev: cgo for `go test -race` (make test-unit); g++, make and
 # python3: node-gyp builds tree-sitter's native module.
 pkgs=(nftables conntrack iproute2 wine wine64 wixl msitools gcc-mingw-w64-x86-64-win32 lksctp-tools socat osslsigncode systemd openssl
-  gcc libc6-dev g++ make python3)
+  gcc libc6-dev g++ make python3
+  containernetworking-plugins) # host-local: platform_windows TestCNIIPAMHostLocal reserves an overlay source VIP through it
 # node and npm (TestInstallPS1Parses): the machine may have them from another
 # source than Debian's packages, whose npm would conflict with it.
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)

@@ -148,6 +148,7 @@ func (ro *runOptions) run(ctx context.Context) error {
 		}
 		defer ro.kube.events.Shutdown()
 	}
+	nodeSourceVIP(ctx, ro.kube.client, ro.nodeName, &ro.backend, log)
 	// The backend counts drift it repairs in the metrics served later.
 	ro.kube.metrics = metrics.New()
 	ro.backend.Repairs = ro.kube.metrics

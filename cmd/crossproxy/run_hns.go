@@ -1,13 +1,22 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"net"
+	"runtime"
 	"strconv"
+	"time"
 
+	"github.com/sirupsen/logrus"
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/crossproxy/crossproxy/platform"
 	"github.com/crossproxy/crossproxy/platform/config"
+	hns "github.com/crossproxy/crossproxy/platform_windows"
 )
 
 // addHNSRunFlags registers run's Windows-only flags that kube-proxy's
@@ -17,6 +26,48 @@ func addHNSRunFlags(f *pflag.FlagSet, b *platform.BackendConfig) {
 		"Windows: forward the health-check port of each LoadBalancer ingress IP to the host (kube-proxy's flag), for cloud load balancers that probe the VIP")
 	f.StringVar(&b.RootHNSEndpointName, "root-hnsendpoint-name", "",
 		"Windows: the host's HNS endpoint the forwarded health checks go to (default cbr0, as kube-proxy)")
+	f.StringVar(&b.CNIBinDir, "cni-bin-dir", "",
+		`Windows, overlay without a source VIP: where the IPAM plugin host-local is (default C:\opt\cni\bin, then containerd's C:\Program Files\containerd\cni\bin)`)
+	f.StringVar(&b.CNINetwork, "cni-network", "",
+		"Windows, overlay without a source VIP: the CNI network name the pods' host-local reservations are kept under (default: the HNS network's name)")
+	f.StringVar(&b.CNIDataDir, "cni-ipam-data-dir", "",
+		"Windows, overlay without a source VIP: host-local's dataDir, as the CNI configuration gives it (default: host-local's own)")
+}
+
+// nodeSourceVIP takes this node's source VIP from its Node annotation
+// (hns.SourceVIPAnnotation) when neither the flag nor the config file gave
+// one: one Node read at start (a changed annotation takes a restart). A
+// Node that cannot be read is not fatal: the backend then finds the address
+// itself.
+func nodeSourceVIP(ctx context.Context, client kubernetes.Interface, nodeName string, b *platform.BackendConfig, log logrus.FieldLogger) {
+	if runtime.GOOS != "windows" || b.SourceVIP != "" || client == nil {
+		return
+	}
+	v, err := annotatedSourceVIP(ctx, client, nodeName)
+	if err != nil {
+		log.WithError(err).Warn("read this Node for its source VIP annotation; going on without it")
+		return
+	}
+	if v != "" {
+		b.SourceVIP, b.SourceVIPOrigin = v, "Node annotation "+hns.SourceVIPAnnotation
+	}
+}
+
+// annotatedSourceVIP reads the Node's source VIP annotation ("" if unset).
+// It lists the Node by name, as the informer does: the RBAC grants no get.
+func annotatedSourceVIP(ctx context.Context, client kubernetes.Interface, nodeName string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", nodeName).String()})
+	if err != nil {
+		return "", fmt.Errorf("list Node %s: %w", nodeName, err)
+	}
+	for _, n := range nodes.Items {
+		if n.Name == nodeName {
+			return n.Annotations[hns.SourceVIPAnnotation], nil
+		}
+	}
+	return "", fmt.Errorf("list Node %s: not found", nodeName)
 }
 
 // mergeHNSFlags copies into cfg the Windows flags given explicitly, takes
@@ -29,6 +80,7 @@ func mergeHNSFlags(changed func(string) bool, cfg *config.Config, flags platform
 	if changed("root-hnsendpoint-name") {
 		cfg.Backend.RootHNSEndpointName = flags.RootHNSEndpointName
 	}
+	cfg.Backend.CNIBinDir, cfg.Backend.CNINetwork, cfg.Backend.CNIDataDir = flags.CNIBinDir, flags.CNINetwork, flags.CNIDataDir
 	cfg.Backend.HealthzPort = 0
 	if _, p, err := net.SplitHostPort(cfg.HealthzBindAddress); err == nil {
 		if n, err := strconv.ParseUint(p, 10, 16); err == nil {

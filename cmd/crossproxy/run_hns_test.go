@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/crossproxy/crossproxy/platform"
+	"github.com/crossproxy/crossproxy/platform/config"
+	hns "github.com/crossproxy/crossproxy/platform_windows"
+)
+
+// TestAnnotatedSourceVIP: the Node annotation is read by listing the Node
+// by name (the RBAC has no get); a Node without it gives "", a missing Node
+// an error naming it.
+func TestAnnotatedSourceVIP(t *testing.T) {
+	client := fake.NewClientset(
+		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "win-1", Annotations: map[string]string{hns.SourceVIPAnnotation: "10.244.1.2"}}},
+		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "win-2"}},
+	)
+	ctx := context.Background()
+	if v, err := annotatedSourceVIP(ctx, client, "win-1"); err != nil || v != "10.244.1.2" {
+		t.Fatalf("win-1: %q, %v", v, err)
+	}
+	if v, err := annotatedSourceVIP(ctx, client, "win-2"); err != nil || v != "" {
+		t.Fatalf("win-2: %q, %v", v, err)
+	}
+	if _, err := annotatedSourceVIP(ctx, client, "win-3"); err == nil {
+		t.Fatal("a missing Node gave no error")
+	}
+}
+
+// TestMergeHNSFlags: the Windows flags given win over the file, the
+// health-check VIP's port comes from the healthz address, and the source
+// VIP's origin is recorded.
+func TestMergeHNSFlags(t *testing.T) {
+	cfg := config.Default("windows")
+	cfg.Backend.SourceVIP = "10.244.1.2"
+	cfg.Backend.RootHNSEndpointName = "from-file"
+	cfg.HealthzBindAddress = "0.0.0.0:10266"
+	given := map[string]bool{"forward-healthcheck-vip": true}
+	mergeHNSFlags(func(f string) bool { return given[f] }, &cfg, platform.BackendConfig{ForwardHealthCheckVIP: true, RootHNSEndpointName: "flag"})
+	b := cfg.Backend
+	if !b.ForwardHealthCheckVIP || b.RootHNSEndpointName != "from-file" || b.HealthzPort != 10266 || b.SourceVIPOrigin != "config file" {
+		t.Fatalf("merged %+v", b)
+	}
+	given["source-vip"] = true
+	cfg.HealthzBindAddress = ""
+	mergeHNSFlags(func(f string) bool { return given[f] }, &cfg, platform.BackendConfig{})
+	if cfg.Backend.SourceVIPOrigin != "flag --source-vip" || cfg.Backend.HealthzPort != 0 {
+		t.Fatalf("merged %+v", cfg.Backend)
+	}
+}
