@@ -21,6 +21,12 @@ import (
 // for example running the nftables backend on Windows.
 var ErrUnsupported = errors.New("not supported on this platform")
 
+// ErrNodeUnfit is returned (wrapped) by a Backend's Sync when no retry can
+// succeed on this node, for example when its kernel lacks what the data plane
+// needs: the Runner stops and returns the error instead of failing every
+// sync.
+var ErrNodeUnfit = errors.New("this node cannot run the data plane")
+
 // Backend makes one node's data plane match a core.NodeState. Each
 // implementation diffs the desired state against what it finds on the node
 // itself; the core never knows how rules are written.

@@ -2,6 +2,7 @@ package platform
 
 import (
 	"context"
+	"errors"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -136,7 +137,8 @@ func (r *Runner) Trigger() {
 }
 
 // Run loops until ctx is done. It returns nil on cancellation and leaves the
-// data plane as it is.
+// data plane as it is; a sync failing with ErrNodeUnfit ends it with that
+// error.
 func (r *Runner) Run(ctx context.Context) error {
 	var (
 		started  bool      // a first sync has been attempted
@@ -208,6 +210,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		if res.Err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			if errors.Is(res.Err, ErrNodeUnfit) {
+				r.log.WithError(res.Err).Error("sync loop stopped: this node cannot run the data plane")
+				return res.Err
 			}
 			failures++
 			backoff := r.cfg.MinSyncPeriod << min(failures-1, 16)

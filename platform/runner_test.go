@@ -3,6 +3,7 @@ package platform
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"slices"
@@ -357,5 +358,38 @@ func TestRunnerReleasesMemoryAroundFullSyncsOnly(t *testing.T) {
 	// and after it (four).
 	if want := []int{0, 1, 3, 4}; !slices.Equal(released, want) {
 		t.Fatalf("released with %v syncs done, want %v", released, want)
+	}
+}
+
+// unfitBackend fails every sync as a node that can never run the data plane.
+type unfitBackend struct{ fakeBackend }
+
+func (b *unfitBackend) Sync(ctx context.Context, st *core.NodeState, ch core.Changes) error {
+	_ = b.fakeBackend.Sync(ctx, st, ch)
+	return fmt.Errorf("kernel probe: %w", ErrNodeUnfit)
+}
+
+// TestRunnerStopsWhenTheNodeIsUnfit: retrying cannot help a node whose kernel
+// lacks what the backend needs; Run returns the error after one sync.
+func TestRunnerStopsWhenTheNodeIsUnfit(t *testing.T) {
+	b := &unfitBackend{}
+	b.synced = make(chan struct{}, 100)
+	r := NewRunner(RunnerConfig{MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: time.Hour}, &fakeSource{}, b, quietLog())
+	r.release = func() {}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	r.Trigger()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNodeUnfit) {
+			t.Fatalf("Run returned %v, want ErrNodeUnfit", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run kept going after a sync failed with ErrNodeUnfit")
+	}
+	if s, _ := b.snapshot(); len(s) != 1 {
+		t.Fatalf("%d syncs, want 1 (no retry)", len(s))
 	}
 }

@@ -44,6 +44,7 @@ type Backend struct {
 	applied       *applied // nil: the next sync is full
 	recreate      bool     // the last full sync failed: rebuild the table from scratch
 	sysctlChecked bool
+	probed        bool // the kernel has what the rulesets need (probe_linux.go)
 	staleUDP      []core.StaleEndpoint
 	stats         SyncStats
 	encoder       *ruleEncoder
@@ -157,6 +158,12 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 	}
 	if b.closed.Load() {
 		return errClosed
+	}
+	if !b.probed {
+		if err := b.probeKernel(); err != nil {
+			return err
+		}
+		b.probed = true
 	}
 	if !b.sysctlChecked {
 		b.checkSysctls(state.Families)
