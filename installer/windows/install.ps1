@@ -114,6 +114,9 @@ winkernel:
   # vxlan: "vxlan0"; l2bridge CNIs: the bridge network's name).
   networkName: ""
   # Overlay networks only: the node's source VIP for load-balanced traffic.
+  # Empty: the node finds its own (its Node's crossproxy.io/source-vip
+  # annotation, else the source-VIP endpoint already on the network, else an
+  # address reserved from the node's pod CIDR through host-local).
   sourceVip: ""
   enableDSR: false
 '@
