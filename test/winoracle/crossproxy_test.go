@@ -64,9 +64,17 @@ func newCrossproxyNode(sc *scenario) (*crossproxyNode, error) {
 		}
 		n.cni[strings.ToLower(id)] = true
 	}
+	if sc.Root != "" {
+		id, err := n.addLocalEndpoint(rootEndpointName, netip.MustParseAddr(sc.Root))
+		if err != nil {
+			return nil, err
+		}
+		n.cni[strings.ToLower(id)] = true
+	}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	cfg := hns.Config{NetworkName: sc.networkName(), EnableDSR: sc.DSR, Ledger: &hns.MemoryLedger{}, Notifier: n.notices}
+	cfg := hns.Config{NetworkName: sc.networkName(), EnableDSR: sc.DSR, Ledger: &hns.MemoryLedger{}, Notifier: n.notices,
+		ForwardHealthCheckVIP: sc.HealthCheckVIP, RootEndpointName: rootEndpointName, HealthzPort: healthzPort}
 	if v := sc.sourceVIP(); v != "" {
 		cfg.SourceVIP = netip.MustParseAddr(v)
 	}

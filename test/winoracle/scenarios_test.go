@@ -18,6 +18,11 @@ const (
 	hostMAC   = "00-15-5d-00-00-11"
 	networkID = "8D9F5A1C-51B0-4E8A-9C35-0000000000B1"
 	sourceVIP = "10.244.1.2" // in this node's pod subnet, as the Windows install guides set it
+	// rootEndpoint is the host's own HNS endpoint ("cbr0", made by the CNI
+	// setup), where forwardHealthCheckVip sends the cloud's health probes.
+	rootEndpointName = "cbr0"
+	rootEndpoint     = "10.244.1.3"
+	healthzPort      = 10256
 
 	// Pods: on this node (their HNS endpoints exist, made by the CNI), on
 	// the Linux node lin-1 and on the Windows node win-2.
@@ -49,6 +54,10 @@ type scenario struct {
 	DualStack bool
 	Locals    []string
 	Steps     []step
+	// HealthCheckVIP is forwardHealthCheckVip; Root the address of the
+	// host endpoint (rootEndpointName) the CNI made, "" for none.
+	HealthCheckVIP bool
+	Root           string
 }
 
 type step struct {
@@ -100,6 +109,12 @@ func one(name string, overlay bool, svcs []*v1.Service, slices ...*discovery.End
 }
 
 func dsr(sc scenario) scenario { sc.DSR = true; return sc }
+
+// healthCheckVIP turns forwardHealthCheckVip on, with the host endpoint present.
+func healthCheckVIP(sc scenario) scenario { sc.HealthCheckVIP = true; return withRoot(sc) }
+
+// withRoot gives the node its host endpoint (as the CNI setup makes it).
+func withRoot(sc scenario) scenario { sc.Root = rootEndpoint; return sc }
 func dualStack(sc scenario) scenario {
 	sc.DualStack = true
 	sc.Locals = append(sc.Locals, local6)
@@ -338,6 +353,22 @@ func scenarios() []scenario {
 		single("overlay: all endpoints terminating, LoadBalancer", true, termLB, ep(local1, nodeName, terminating(true)), ep(remote1, "lin-1", terminating(true))),
 		single("overlay: internal and external traffic policy Local", true, webITPETP, localAndRemote()...),
 	}
+	// forwardHealthCheckVip (kubernetes PR 99287), on and off, on both networks.
+	sc = append(sc,
+		healthCheckVIP(single("l2bridge: forwardHealthCheckVip, LoadBalancer externalTrafficPolicy Cluster", false, webLB, localAndRemote()...)),
+		healthCheckVIP(single("l2bridge: forwardHealthCheckVip, LoadBalancer externalTrafficPolicy Local", false, webLBLocal, localAndRemote()...)),
+		withRoot(single("l2bridge: forwardHealthCheckVip off, LoadBalancer externalTrafficPolicy Local", false, webLBLocal, localAndRemote()...)),
+		healthCheckVIP(single("l2bridge: forwardHealthCheckVip, no local endpoint under externalTrafficPolicy Local", false, webLBLocal, ep(remote1, "lin-1"))),
+		healthCheckVIP(single("l2bridge: forwardHealthCheckVip, all endpoints terminating", false, termLB,
+			ep(local1, nodeName, terminating(true)), ep(remote1, "lin-1", terminating(true)))),
+		healthCheckVIP(single("l2bridge: forwardHealthCheckVip, ExternalIPs (no ingress IP)", false, webEIP, localAndRemote()...)),
+		healthCheckVIP(single("overlay: forwardHealthCheckVip, LoadBalancer externalTrafficPolicy Cluster", true, webLB, localAndRemote()...)),
+		healthCheckVIP(single("overlay: forwardHealthCheckVip, LoadBalancer externalTrafficPolicy Local", true, webLBLocal, localAndRemote()...)),
+		withRoot(single("overlay: forwardHealthCheckVip off, LoadBalancer externalTrafficPolicy Cluster", true, webLB, localAndRemote()...)),
+	)
+	noHost := healthCheckVIP(single("l2bridge: forwardHealthCheckVip without the host endpoint", false, webLB, localAndRemote()...))
+	noHost.Root = ""
+	sc = append(sc, noHost)
 	for _, overlay := range []bool{false, true} {
 		name := "l2bridge: updates"
 		if overlay {

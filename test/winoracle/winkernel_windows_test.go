@@ -45,6 +45,11 @@ func newWinkernelNode(sc *scenario) (*winkernelNode, error) {
 		n.mock.PopulateQueriedEndpoints(id, networkID, ip, conjureMAC("00-15", ip), plen)
 		n.cni[id] = true
 	}
+	if sc.Root != "" {
+		// The mock names a populated endpoint by its id.
+		n.mock.PopulateQueriedEndpoints(rootEndpointName, networkID, sc.Root, conjureMAC("00-15", sc.Root), 24)
+		n.cni[rootEndpointName] = true
+	}
 	// kube-proxy runs dual-stack only where winkernel's DualStackCompatible
 	// says so: never on overlay networks.
 	families := []v1.IPFamily{v1.IPv4Protocol}
@@ -52,12 +57,13 @@ func newWinkernelNode(sc *scenario) (*winkernelNode, error) {
 		families = append(families, v1.IPv6Protocol)
 	}
 	for _, fam := range families {
-		cfg := kubeproxyconfig.KubeProxyWinkernelConfiguration{NetworkName: sc.networkName(), EnableDSR: sc.DSR, SourceVip: sc.sourceVIP()}
+		cfg := kubeproxyconfig.KubeProxyWinkernelConfiguration{NetworkName: sc.networkName(), EnableDSR: sc.DSR, SourceVip: sc.sourceVIP(),
+			ForwardHealthCheckVip: sc.HealthCheckVIP, RootHnsEndpointName: rootEndpointName}
 		nodeIP := net.ParseIP(nodeIPv4)
 		if fam == v1.IPv6Protocol {
 			nodeIP = net.ParseIP(nodeIPv6)
 		}
-		p, err := winkernel.NewOracleProxier(fam, nodeName, nodeIP, n.mock, hostMAC, cfg)
+		p, err := winkernel.NewOracleProxier(fam, nodeName, nodeIP, n.mock, hostMAC, healthzPort, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("winkernel %s proxier: %w", fam, err)
 		}

@@ -20,11 +20,13 @@ import (
 
 // NewOracleProxier builds a proxier over hcnImpl (winkernel's HCN mock) as
 // newProxierInternal does for kube-proxy's tests: no health servers, no wait
-// for the overlay network, the given host MAC for the source-VIP endpoint.
+// for the overlay network, the given host MAC for the source-VIP endpoint and
+// healthz port (kube-proxy takes it from healthzBindAddress; the
+// health-check VIP of a Service without a healthCheckNodePort uses it).
 // Its runner is never started: event handlers only queue a sync (as they do
 // in kube-proxy), and the oracle runs each sync itself with OracleSync.
-func NewOracleProxier(ipFamily v1.IPFamily, nodeName string, nodeIP net.IP, hcnImpl HcnService, hostMac string, config kubeproxyconfig.KubeProxyWinkernelConfiguration) (*Proxier, error) {
-	p, err := newProxierInternal(ipFamily, nodeName, nodeIP, healthcheck.NewFakeServiceHealthServer(), nil, 0, hcnImpl, oracleMac(hostMac), config, false)
+func NewOracleProxier(ipFamily v1.IPFamily, nodeName string, nodeIP net.IP, hcnImpl HcnService, hostMac string, healthzPort int, config kubeproxyconfig.KubeProxyWinkernelConfiguration) (*Proxier, error) {
+	p, err := newProxierInternal(ipFamily, nodeName, nodeIP, healthcheck.NewFakeServiceHealthServer(), nil, healthzPort, hcnImpl, oracleMac(hostMac), config, false)
 	if err != nil {
 		return nil, err
 	}
