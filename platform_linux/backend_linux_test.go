@@ -517,7 +517,10 @@ func TestRefusedFullSyncNamesTheCommand(t *testing.T) {
 	if err == nil {
 		t.Fatal("the kernel took a set of another type")
 	}
-	if !strings.Contains(err.Error(), "add set inet crossproxy cluster-ips-v4 { type ipv4_addr; }") {
+	// Linux 6.x refuses the set; 5.10 takes the set as it is and refuses the
+	// first elements of the wrong type.
+	if !strings.Contains(err.Error(), "add set inet crossproxy cluster-ips-v4 { type ipv4_addr; }") &&
+		!strings.Contains(err.Error(), "elements of set cluster-ips-v4:") {
 		t.Fatalf("error does not name the refused command: %v", err)
 	}
 	if err := b.Sync(context.Background(), testState(), core.Changes{Full: true}); err != nil {
