@@ -315,6 +315,19 @@ func TestCNIIPAMHostLocal(t *testing.T) {
 	if got := reserved(); len(got) != 0 {
 		t.Fatalf("after cleanup host-local still holds %v", got)
 	}
+	// host-local refusing (a pod CIDR it cannot allocate from): the sync
+	// fails with the plugin's own words and programs nothing.
+	f3 := newFake()
+	tiny := vipState()
+	tiny.Node.PodCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.1.5/32")}
+	b3 := vipBackend(t, f3, &MemoryLedger{}, ipam, netip.Addr{})
+	err = b3.Sync(ctx, tiny, full())
+	if err == nil || !strings.Contains(err.Error(), "host-local ADD") || !strings.Contains(err.Error(), "too small to allocate from") {
+		t.Fatalf("host-local refusing: %v", err)
+	}
+	if lbs := f3.LoadBalancers(); len(lbs) != 0 {
+		t.Fatalf("a refused sync created %v", lbs)
+	}
 	// A plugin that cannot be found is an error naming it.
 	bad := CNIIPAM{BinDirs: []string{dir}, Network: "vxlan0"}
 	if _, err := bad.Reserve(ctx, podCIDR); err == nil || !strings.Contains(err.Error(), `find the IPAM plugin "host-local"`) {
