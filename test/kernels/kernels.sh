@@ -61,9 +61,14 @@ host_tools() {
 mirror() {
 	local codename uri
 	codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
-	uri=$(apt-get indextargets --format '$(REPO_URI)' "Release: $codename" 'Identifier: Packages' | sort -u | head -1)
+	local i
+	for i in 1 2; do
+		uri=$(apt-get indextargets --format '$(REPO_URI)' "Release: $codename" 'Identifier: Packages' | sort -u | head -1)
+		[ -z "$uri" ] && [ "$i" = 1 ] || break
+		apt-get -q update >/dev/null # a new machine may have no lists yet
+	done
 	if [ -z "$uri" ]; then
-		log "no apt source for $codename found (apt-get update first)"
+		log "no apt source for $codename found"
 		return 1
 	fi
 	echo "$uri"
@@ -218,7 +223,7 @@ report() {
 		echo "release's nftables, iproute2 and conntrack, and runs the platform_linux root tests"
 		echo "and the Linux e2e suite (test/e2e) inside. Times are the guest's wall clock under"
 		echo "emulation, many times slower than the same work on the host. Left out in the"
-		echo "guests: \`$E2E_SKIP\` (a throughput test whose 15 s deadline software emulation"
+		echo "guests: \`${E2E_SKIP%\$}\` (a throughput test whose 15 s deadline software emulation"
 		echo "cannot meet, whatever the kernel; it runs in \`make test-e2e-linux\` on the host)."
 		echo
 		echo "| kernel | Debian package | guest nft | suite | passed | failed | skipped | suite time | guest time |"
@@ -255,6 +260,9 @@ report() {
 						print line }
 				}'
 		echo
+		echo "The whole run took $(($(date +%s) - RUN_START)) s of wall time (building the test binaries, any"
+		echo "kernel not yet cached, and the guests one after the other)."
+		echo
 		echo "Regenerate with \`make test-kernels\` (all three) or \`make test-kernel\` (6.1 only);"
 		echo "each guest's console is kept in bin/kernels/KERNEL.log."
 	} >"$out"
@@ -271,6 +279,7 @@ main() {
 	[ $# -gt 0 ] || { echo "usage: $0 run|prepare [--out FILE] KERNEL..." >&2; exit 2; }
 	local k
 	for k in "$@"; do kernel_suite "$k" >/dev/null; done
+	RUN_START=$(date +%s)
 	host_tools
 	mkdir -p "$WORK"
 	for k in "$@"; do prepare "$k"; done
