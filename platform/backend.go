@@ -46,6 +46,30 @@ type Backend interface {
 	Programmed(ctx context.Context, svc types.NamespacedName) (*ProgrammedService, error)
 }
 
+// DriftChecker is a Backend that can tell cheaply whether what it programmed
+// is still in force, so a rule removed behind its back (a firewall reload
+// flushing nftables, an HNS restart) is repaired at the next sync instead of
+// at the next full sync, an hour later. The Runner calls CheckDrift before
+// every sync that is not already full.
+type DriftChecker interface {
+	// CheckDrift names what others changed of what the backend programmed
+	// since its last sync, or returns nil when nothing was. It must cost
+	// little when nothing changed (no listing of every rule).
+	CheckDrift(ctx context.Context) ([]string, error)
+}
+
+// DriftWatcher is a Backend that hears of changes to its rules as others make
+// them, so the Runner can repair them within MinSyncPeriod rather than
+// waiting for the next periodic sync.
+type DriftWatcher interface {
+	// WatchDrift blocks until ctx ends. It calls changed with a description
+	// of each change others made to what the backend programmed, or with ""
+	// when it may have missed one (the next sync's CheckDrift then looks).
+	// Changes the backend makes itself are never reported. It returns an
+	// error only when it cannot watch at all.
+	WatchDrift(ctx context.Context, changed func(what string)) error
+}
+
 // ProgrammedService is what a data plane really holds for one Service.
 type ProgrammedService struct {
 	Service   types.NamespacedName

@@ -3,8 +3,10 @@ package platform
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +36,10 @@ type SyncResult struct {
 	// keep it and read it from any goroutine after its callback returns.
 	State   *core.NodeState
 	Changes core.Changes
+	// Repair names what others changed of the programmed rules (found by
+	// the backend's DriftWatcher or DriftChecker) that made this sync a
+	// full one; nil for an ordinary sync.
+	Repair []string
 }
 
 // RunnerConfig tunes a Runner. Zero values take kube-proxy's defaults.
@@ -93,7 +99,17 @@ type Runner struct {
 	queued    []func(time.Time)
 
 	syncID atomic.Uint64
+
+	// drift holds what the backend's watcher reported since the last sync
+	// (at most maxDrift descriptions; driftMore counts the rest).
+	driftMu   sync.Mutex
+	drift     []string
+	driftMore int
 }
+
+// maxDrift bounds the descriptions of outside changes a sync keeps: a storm
+// of them (a ruleset flushed object by object) is one repair.
+const maxDrift = 8
 
 // NewRunner returns a Runner that applies source's state to backend.
 func NewRunner(cfg RunnerConfig, source StateSource, backend Backend, log logrus.FieldLogger) *Runner {
@@ -140,6 +156,17 @@ func (r *Runner) Trigger() {
 // data plane as it is; a sync failing with ErrNodeUnfit ends it with that
 // error.
 func (r *Runner) Run(ctx context.Context) error {
+	if w, ok := r.backend.(DriftWatcher); ok {
+		ctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer cancel()
+		wg.Go(func() {
+			if err := w.WatchDrift(ctx, r.noteDrift); err != nil && ctx.Err() == nil {
+				r.log.WithError(err).Warn("cannot follow changes made to the rules from outside; each sync still checks for them")
+			}
+		})
+	}
 	var (
 		started  bool      // a first sync has been attempted
 		pending  bool      // a sync is wanted
@@ -238,6 +265,7 @@ func (r *Runner) Run(ctx context.Context) error {
 // away and the UDP ports that got their first endpoints, which no later
 // Snapshot reports again.
 func (r *Runner) syncOnce(ctx context.Context, carry core.Changes) SyncResult {
+	repair := r.checkDrift(ctx)
 	state, changes := r.source.Snapshot()
 	if len(carry.StaleUDP) > 0 {
 		changes.StaleUDP = append(slices.Clone(carry.StaleUDP), changes.StaleUDP...)
@@ -258,8 +286,11 @@ func (r *Runner) syncOnce(ctx context.Context, carry core.Changes) SyncResult {
 		// counted in their duration.
 		r.release()
 	}
-	res := SyncResult{ID: r.syncID.Add(1), Full: changes.Full, Start: r.now(), State: state, Changes: changes}
+	res := SyncResult{ID: r.syncID.Add(1), Full: changes.Full, Start: r.now(), State: state, Changes: changes, Repair: repair}
 	log := r.log.WithFields(logrus.Fields{"sync": res.ID, "full": res.Full, "ports": len(changes.Ports)})
+	if len(repair) > 0 {
+		log.WithField("changed", strings.Join(repair, "; ")).Warn("rules changed from outside; repairing them with a full sync")
+	}
 	log.Debug("sync start")
 	res.Err = r.backend.Sync(ctx, state, changes)
 	res.Duration = r.now().Sub(res.Start)
@@ -276,6 +307,48 @@ func (r *Runner) syncOnce(ctx context.Context, carry core.Changes) SyncResult {
 		f(res)
 	}
 	return res
+}
+
+// noteDrift is the backend's DriftWatcher callback: it keeps what others
+// changed for the next sync and asks for one (MinSyncPeriod still applies,
+// so a storm of changes is one repair). An empty description only asks for
+// a sync, whose checkDrift looks for itself.
+func (r *Runner) noteDrift(what string) {
+	if what != "" {
+		r.driftMu.Lock()
+		if len(r.drift) < maxDrift {
+			r.drift = append(r.drift, what)
+		} else {
+			r.driftMore++
+		}
+		r.driftMu.Unlock()
+	}
+	r.Trigger()
+}
+
+// checkDrift gathers what others changed of the programmed rules, from the
+// watcher's reports and the backend's own check, and makes the coming sync
+// full when there is any. A check that fails makes it full too: rules that
+// cannot be verified are rewritten rather than reported in sync.
+func (r *Runner) checkDrift(ctx context.Context) []string {
+	r.driftMu.Lock()
+	found := r.drift
+	if r.driftMore > 0 {
+		found = append(found, fmt.Sprintf("%d more changes", r.driftMore))
+	}
+	r.drift, r.driftMore = nil, 0
+	r.driftMu.Unlock()
+	if c, ok := r.backend.(DriftChecker); ok {
+		more, err := c.CheckDrift(ctx)
+		if err != nil {
+			more = []string{fmt.Sprintf("rules could not be checked (%v)", err)}
+		}
+		found = append(found, more...)
+	}
+	if len(found) > 0 {
+		r.source.ForceFull()
+	}
+	return found
 }
 
 func (r *Runner) notifyQueued(at time.Time) {

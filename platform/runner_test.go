@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -391,5 +392,119 @@ func TestRunnerStopsWhenTheNodeIsUnfit(t *testing.T) {
 	}
 	if s, _ := b.snapshot(); len(s) != 1 {
 		t.Fatalf("%d syncs, want 1 (no retry)", len(s))
+	}
+}
+
+// driftBackend is a fakeBackend whose rules others change: drifted is what
+// its next CheckDrift reports, and watch receives what its watcher hears.
+type driftBackend struct {
+	fakeBackend
+	drifted []string
+	checks  int
+	watch   chan string
+}
+
+func (b *driftBackend) CheckDrift(context.Context) ([]string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.checks++
+	d := b.drifted
+	b.drifted = nil
+	return d, nil
+}
+
+func (b *driftBackend) WatchDrift(ctx context.Context, changed func(string)) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case what := <-b.watch:
+			changed(what)
+		}
+	}
+}
+
+// TestRunnerRepairsDriftWithAFullSync: a change others made to the rules,
+// heard by the watcher or found by the check before a sync, makes the next
+// sync full (not a partial sync that sends nothing and reports success), and
+// the sync names what was changed. Between such reports syncs stay partial.
+func TestRunnerRepairsDriftWithAFullSync(t *testing.T) {
+	b := &driftBackend{watch: make(chan string)}
+	b.synced = make(chan struct{}, 100)
+	src := &fakeSource{}
+	r := NewRunner(RunnerConfig{MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: time.Hour, FullSyncPeriod: time.Hour}, src, b, quietLog())
+	r.release = func() {}
+	results := make(chan SyncResult, 100)
+	r.OnSync(func(res SyncResult) { results <- res })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	next := func() SyncResult {
+		t.Helper()
+		select {
+		case res := <-results:
+			return res
+		case <-time.After(5 * time.Second):
+			t.Fatal("no sync within 5 s")
+			return SyncResult{}
+		}
+	}
+
+	r.Trigger()
+	if res := next(); !res.Full || res.Repair != nil {
+		t.Fatalf("first sync: full=%v repair=%v, want full and no repair", res.Full, res.Repair)
+	}
+	r.Trigger()
+	if res := next(); res.Full || res.Repair != nil {
+		t.Fatalf("ordinary sync: full=%v repair=%v, want partial and no repair", res.Full, res.Repair)
+	}
+
+	// The watcher hears a foreign change: a full sync follows without any
+	// Trigger from the source.
+	b.watch <- "table deleted in table inet crossproxy by nft (pid 7)"
+	res := next()
+	if !res.Full || len(res.Repair) != 1 || !strings.Contains(res.Repair[0], "by nft") {
+		t.Fatalf("after a foreign change: full=%v repair=%q, want a full sync naming it", res.Full, res.Repair)
+	}
+
+	// The check before a sync finds one the watcher missed.
+	b.mu.Lock()
+	b.drifted = []string{"table inet crossproxy deleted"}
+	b.mu.Unlock()
+	r.Trigger()
+	if res := next(); !res.Full || len(res.Repair) != 1 {
+		t.Fatalf("after drift found by the check: full=%v repair=%q, want a full sync", res.Full, res.Repair)
+	}
+
+	// A storm of reports is one repair with a bounded description.
+	for i := 0; i < 3*maxDrift; i++ {
+		b.watch <- fmt.Sprintf("rule deleted %d", i)
+	}
+	deadline := time.After(5 * time.Second)
+	seen := 0
+	for seen < 3*maxDrift {
+		select {
+		case res := <-results:
+			if !res.Full || len(res.Repair) == 0 || len(res.Repair) > maxDrift+1 {
+				t.Fatalf("storm sync: full=%v, %d descriptions, want full with 1..%d", res.Full, len(res.Repair), maxDrift+1)
+			}
+			for _, d := range res.Repair {
+				var n int
+				if _, err := fmt.Sscanf(d, "%d more changes", &n); err == nil {
+					seen += n
+				} else {
+					seen++
+				}
+			}
+		case <-deadline:
+			t.Fatalf("the storm's %d changes were not all repaired within 5 s (%d seen)", 3*maxDrift, seen)
+		}
+	}
+	b.mu.Lock()
+	checks := b.checks
+	b.mu.Unlock()
+	if s, _ := b.snapshot(); checks < len(s)-1 {
+		t.Errorf("CheckDrift ran %d times for %d syncs, want before every sync but the first", checks, len(s))
 	}
 }
