@@ -20,7 +20,11 @@ import (
 	"github.com/crossproxy/crossproxy/platform"
 )
 
-var _ platform.Backend = (*Backend)(nil)
+var (
+	_ platform.Backend      = (*Backend)(nil)
+	_ platform.DriftChecker = (*Backend)(nil)
+	_ platform.DriftWatcher = (*Backend)(nil)
+)
 
 // Backend programs a NodeState into the kernel's nftables over netlink. It
 // remembers what it applied last so a partial sync sends only the changed
@@ -39,6 +43,10 @@ type Backend struct {
 	// closed is set by Close: the namespace handle and socket are gone, and
 	// every operation fails instead of running in the current namespace.
 	closed atomic.Bool
+	// missedNotes is set by WatchDrift when the kernel dropped change
+	// notifications, so the next CheckDrift compares the tables whatever
+	// the generation says.
+	missedNotes atomic.Bool
 
 	mu            sync.Mutex
 	applied       *applied // nil: the next sync is full
@@ -50,6 +58,11 @@ type Backend struct {
 	encoder       *ruleEncoder
 	lastEncode    time.Duration
 	lastKernel    time.Duration
+	// gen and census are the ruleset generation and crossproxy's tables
+	// with their object counts right after its last batch (CheckDrift);
+	// census is nil when they could not be read.
+	gen    uint32
+	census map[string]tableCount
 }
 
 // SyncStats describes the last sync, for logs and benchmarks.
@@ -243,6 +256,7 @@ func (b *Backend) syncFull(ctx context.Context, state *core.NodeState) error {
 		return fmt.Errorf("full sync of table inet %s: %w", fb.table, err)
 	}
 	b.applied, b.recreate = next, false
+	b.rememberBaseline()
 	b.stats = SyncStats{Full: true, Commands: w.Len(), Build: built, Kernel: b.lastKernel, Apply: time.Since(start) - built,
 		Skipped: fb.skipped}
 	b.log.WithFields(logrus.Fields{"ports": len(fb.keys), "commands": w.Len(), "took": time.Since(start)}).Debug("full sync")
@@ -280,6 +294,7 @@ func (b *Backend) syncPartial(ctx context.Context, state *core.NodeState, change
 			b.applied = nil
 			return fmt.Errorf("partial sync of %d ports: %w", len(ports), err)
 		}
+		b.rememberBaseline()
 	}
 	plan.commit(b.applied)
 	b.stats = SyncStats{Commands: plan.Batch.Len(), Build: built, Encode: b.lastEncode, Kernel: b.lastKernel, Apply: time.Since(start) - built,

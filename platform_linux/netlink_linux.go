@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -107,6 +109,12 @@ type batchConn struct {
 	mu  sync.Mutex
 	fd  int    // -1: not open
 	seq uint32 // last sequence number used
+	// portids are the netlink port IDs of this socket and the ones it
+	// replaced, newest last: the kernel stamps each change notification with
+	// the port of the socket whose batch made it, which is how the drift
+	// watcher tells crossproxy's own changes from everyone else's. Read
+	// without mu, which a full sync holds for seconds.
+	portids atomic.Pointer[[]uint32]
 }
 
 func newBatchConn() *batchConn { return &batchConn{fd: -1} }
@@ -129,6 +137,13 @@ func (c *batchConn) open(ns netNS) error {
 		unix.Close(fd)
 		return fmt.Errorf("bind netlink socket: %w", err)
 	}
+	sa, err := unix.Getsockname(fd)
+	nl, ok := sa.(*unix.SockaddrNetlink)
+	if err != nil || !ok {
+		unix.Close(fd)
+		return fmt.Errorf("read netlink socket's port: %w", err)
+	}
+	c.remember(nl.Pid)
 	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
 	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_EXT_ACK, 1)
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20); err != nil {
@@ -136,6 +151,28 @@ func (c *batchConn) open(ns netNS) error {
 	}
 	c.fd = fd
 	return nil
+}
+
+// remembersPorts is how many of the batch socket's past ports count as
+// crossproxy's: notifications of a batch sent on a socket since replaced may
+// still be queued for the watcher when the new one opens.
+const remembersPorts = 4
+
+// remember records port as the socket's current netlink port.
+func (c *batchConn) remember(port uint32) {
+	var ports []uint32
+	if old := c.portids.Load(); old != nil {
+		ports = append(ports, (*old)[max(0, len(*old)-remembersPorts+1):]...)
+	}
+	ports = append(ports, port)
+	c.portids.Store(&ports)
+}
+
+// ours reports whether a notification stamped with port came from one of
+// this socket's batches.
+func (c *batchConn) ours(port uint32) bool {
+	p := c.portids.Load()
+	return p != nil && slices.Contains(*p, port)
 }
 
 func (c *batchConn) reset() {

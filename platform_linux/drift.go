@@ -1,0 +1,47 @@
+package nft
+
+import (
+	"fmt"
+	"sort"
+)
+
+// tableCount is what a census keeps of one table: how many chains, sets and
+// other objects it holds (the kernel's use count) and its flags (a dormant
+// table is still there but filters nothing).
+type tableCount struct {
+	Objects uint32
+	Flags   uint32
+}
+
+// compareCensus names every difference between the tables crossproxy left
+// after its last batch (was) and the ones in the kernel now, in table order.
+// It cannot see a rule changed inside a chain (the counts stay the same);
+// the notification watcher does.
+func compareCensus(was, now map[string]tableCount) []string {
+	names := make([]string, 0, len(was)+len(now))
+	for n := range was {
+		names = append(names, n)
+	}
+	for n := range now {
+		if _, ok := was[n]; !ok {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	var out []string
+	for _, n := range names {
+		w, had := was[n]
+		c, has := now[n]
+		switch {
+		case !has:
+			out = append(out, fmt.Sprintf("table inet %s deleted", n))
+		case !had:
+			out = append(out, fmt.Sprintf("table inet %s created", n))
+		case w.Objects != c.Objects:
+			out = append(out, fmt.Sprintf("table inet %s holds %d chains and sets, %d programmed", n, c.Objects, w.Objects))
+		case w.Flags != c.Flags:
+			out = append(out, fmt.Sprintf("table inet %s flags changed from %#x to %#x", n, w.Flags, c.Flags))
+		}
+	}
+	return out
+}

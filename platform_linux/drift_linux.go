@@ -1,0 +1,248 @@
+package nft
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Drift: crossproxy's rules changed by someone else (`nft flush ruleset` on a
+// firewall reload, another tool deleting its table) must come back within
+// seconds, not at the next full sync. Two ways in: WatchDrift follows the
+// kernel's change notifications and reports a foreign change as it is
+// committed; CheckDrift, before every sync, compares the ruleset generation
+// with the one after crossproxy's last batch and, only when someone else
+// committed since, compares its tables' object counts with what it left.
+
+// CheckDrift reports what others changed of crossproxy's tables since its
+// last batch. It costs one netlink round trip when nobody else committed
+// anything, and one dump of the table list (O(tables)) when someone did.
+func (b *Backend) CheckDrift(ctx context.Context) ([]string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return nil, errClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if b.applied == nil {
+		return nil, nil // the next sync is full anyway
+	}
+	missed := b.missedNotes.Swap(false)
+	gen, err := b.batches.generation(b.ns)
+	if err != nil {
+		return nil, err
+	}
+	if gen == b.gen && b.census != nil && !missed {
+		return nil, nil
+	}
+	if b.census == nil {
+		return []string{"the tables could not be read back after the last sync"}, nil
+	}
+	now, err := b.batches.census(b.ns, b.cfg.table())
+	if err != nil {
+		return nil, err
+	}
+	drift := compareCensus(b.census, now)
+	if len(drift) == 0 {
+		// Someone committed to other tables: remember the generation so the
+		// next check is one round trip again.
+		b.gen = gen
+	}
+	return drift, nil
+}
+
+// rememberBaseline records the generation and the census of crossproxy's
+// tables right after one of its batches, for CheckDrift. A foreign commit
+// landing between the batch and these reads is in the baseline; the watcher
+// still reports it.
+func (b *Backend) rememberBaseline() {
+	gen, err := b.batches.generation(b.ns)
+	var census map[string]tableCount
+	if err == nil {
+		census, err = b.batches.census(b.ns, b.cfg.table())
+	}
+	if err != nil {
+		b.census = nil
+		b.log.WithError(err).Warn("read back the tables after a sync; the next sync checks them in full")
+		return
+	}
+	b.gen, b.census = gen, census
+}
+
+// nfnlGroupNFTables is NFNLGRP_NFTABLES, the multicast group of nf_tables
+// change notifications.
+const nfnlGroupNFTables = 7
+
+// WatchDrift follows nf_tables change notifications in the backend's
+// namespace until ctx ends and calls changed once per foreign transaction
+// that touched crossproxy's tables, naming what it changed and who committed
+// it. Each notification carries the netlink port of the socket whose batch
+// caused it, so crossproxy's own batches are told apart without any timing
+// guess and never start a sync. When the kernel drops notifications (the
+// socket overflowed, as a large full sync of crossproxy's own can make it),
+// changed("") asks for a sync whose CheckDrift then looks.
+func (b *Backend) WatchDrift(ctx context.Context, changed func(what string)) error {
+	fd, err := b.openWatch()
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	main := b.cfg.table()
+	pending := map[string]int{}
+	rbuf := make([]byte, 1<<20)
+	for ctx.Err() == nil {
+		n, _, err := unix.Recvfrom(fd, rbuf, 0)
+		if err != nil {
+			switch {
+			case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
+				continue
+			case errors.Is(err, unix.ENOBUFS):
+				b.missedNotes.Store(true)
+				clear(pending)
+				changed("")
+				continue
+			}
+			return fmt.Errorf("read nf_tables notifications: %w", err)
+		}
+		msgs, err := syscall.ParseNetlinkMessage(rbuf[:n])
+		if err != nil {
+			return fmt.Errorf("parse nf_tables notifications: %w", err)
+		}
+		for _, m := range msgs {
+			if m.Header.Type>>8 != unix.NFNL_SUBSYS_NFTABLES || len(m.Data) < 4 {
+				continue
+			}
+			msg := int(m.Header.Type & 0xff)
+			if msg == unix.NFT_MSG_NEWGEN {
+				// The end of a transaction: report what it changed of ours.
+				if len(pending) > 0 {
+					changed(describeForeign(pending, m.Data[4:]))
+					clear(pending)
+				}
+				continue
+			}
+			if b.batches.ours(m.Header.Pid) || m.Data[0] != unix.NFPROTO_INET {
+				continue
+			}
+			if table := notifiedTable(m.Data[4:]); ownTable(main, table) {
+				pending[fmt.Sprintf("%s in table inet %s", notificationKind(msg), table)]++
+			}
+		}
+	}
+	return nil
+}
+
+// openWatch opens a netlink socket in the backend's namespace subscribed to
+// nf_tables notifications, with a short receive timeout so WatchDrift sees
+// its context end.
+func (b *Backend) openWatch() (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return -1, errClosed
+	}
+	var fd int
+	err := b.ns.do(func() error {
+		var err error
+		fd, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+		return err
+	})
+	if err != nil {
+		return -1, fmt.Errorf("open netlink socket for nf_tables notifications: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1 << (nfnlGroupNFTables - 1)}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("subscribe to nf_tables notifications: %w", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20); err != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
+	}
+	tv := unix.NsecToTimeval((200 * time.Millisecond).Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("set netlink receive timeout: %w", err)
+	}
+	return fd, nil
+}
+
+// notifiedTable is the table a notification is about: attribute 1 of every
+// nf_tables object message (NFTA_TABLE_NAME, NFTA_CHAIN_TABLE,
+// NFTA_RULE_TABLE, NFTA_SET_TABLE, NFTA_SET_ELEM_LIST_TABLE, ...).
+func notifiedTable(attrs []byte) string {
+	ad, err := netlink.NewAttributeDecoder(attrs)
+	if err != nil {
+		return ""
+	}
+	for ad.Next() {
+		if ad.Type() == 1 {
+			return ad.String()
+		}
+	}
+	return ""
+}
+
+// notificationKind names what an nf_tables notification says happened.
+func notificationKind(msg int) string {
+	switch msg {
+	case unix.NFT_MSG_NEWTABLE:
+		return "table added or changed"
+	case unix.NFT_MSG_DELTABLE:
+		return "table deleted"
+	case unix.NFT_MSG_NEWCHAIN:
+		return "chain added or changed"
+	case unix.NFT_MSG_DELCHAIN:
+		return "chain deleted"
+	case unix.NFT_MSG_NEWRULE:
+		return "rule added"
+	case unix.NFT_MSG_DELRULE:
+		return "rule deleted"
+	case unix.NFT_MSG_NEWSET:
+		return "set added"
+	case unix.NFT_MSG_DELSET:
+		return "set deleted"
+	case unix.NFT_MSG_NEWSETELEM:
+		return "set element added"
+	case unix.NFT_MSG_DELSETELEM:
+		return "set element deleted"
+	}
+	return fmt.Sprintf("object changed (message %d)", msg)
+}
+
+// describeForeign summarises one foreign transaction: what it did to
+// crossproxy's tables, counted by kind, and which process committed it (the
+// NEWGEN notification that closes a transaction names it).
+func describeForeign(pending map[string]int, gen []byte) string {
+	parts := make([]string, 0, len(pending))
+	for what, n := range pending {
+		parts = append(parts, fmt.Sprintf("%d %s", n, what))
+	}
+	sort.Strings(parts)
+	who := ""
+	if ad, err := netlink.NewAttributeDecoder(gen); err == nil {
+		ad.ByteOrder = binary.BigEndian
+		var pid uint32
+		var name string
+		for ad.Next() {
+			switch ad.Type() {
+			case unix.NFTA_GEN_PROC_PID:
+				pid = ad.Uint32()
+			case unix.NFTA_GEN_PROC_NAME:
+				name = ad.String()
+			}
+		}
+		if name != "" {
+			who = fmt.Sprintf(" by %s (pid %d)", name, pid)
+		}
+	}
+	return strings.Join(parts, ", ") + who
+}

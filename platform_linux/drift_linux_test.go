@@ -1,0 +1,160 @@
+package nft
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/crossproxy/crossproxy/core"
+)
+
+// TestCheckDriftSeesForeignChanges: nothing after crossproxy's own full and
+// partial batches, nothing for another tool's table, and every deleted or
+// emptied table of crossproxy's named after a foreign delete or flush.
+func TestCheckDriftSeesForeignChanges(t *testing.T) {
+	ns := testNS(t)
+	b := newTestBackend(t, ns)
+	t.Cleanup(func() { _ = b.Close() })
+	ctx := context.Background()
+	st := testState()
+	check := func(what string) []string {
+		t.Helper()
+		d, err := b.CheckDrift(ctx)
+		if err != nil {
+			t.Fatalf("%s: CheckDrift: %v", what, err)
+		}
+		return d
+	}
+	if d := check("before any sync"); d != nil {
+		t.Errorf("before any sync: %v", d)
+	}
+	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if d := check("after a full sync"); d != nil {
+		t.Errorf("own full sync reported as drift: %v", d)
+	}
+	k := key("default", "web", "http", "TCP", "IPv4")
+	p := *st.Ports[k]
+	p.ClusterEndpoints = append(append([]core.Endpoint(nil), p.ClusterEndpoints...), ep("10.244.3.3", 8080, false))
+	st.Ports[k] = &p
+	if err := b.Sync(ctx, st, core.Changes{Ports: map[core.PortKey]struct{}{k: {}}}); err != nil {
+		t.Fatal(err)
+	}
+	if b.LastSync().Full {
+		t.Fatal("expected a partial sync")
+	}
+	if d := check("after a partial sync"); d != nil {
+		t.Errorf("own partial sync reported as drift: %v", d)
+	}
+	nftIn(t, ns, "add", "table", "inet", "firewall")
+	nftIn(t, ns, "add", "chain", "inet", "firewall", "input", "{ type filter hook input priority 0; }")
+	if d := check("after another tool's table"); d != nil {
+		t.Errorf("another tool's table reported as drift: %v", d)
+	}
+	// A chain of crossproxy's deleted: the table's object count drops.
+	tables := b.census
+	var victim string
+	for name := range tables {
+		victim = name
+	}
+	listing := nftIn(t, ns, "list", "table", "inet", victim)
+	chain := ""
+	for _, line := range strings.Split(listing, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "chain" && f[2] == "{" && !strings.Contains(listing, "jump "+f[1]) && !strings.Contains(listing, "goto "+f[1]) && !strings.Contains(listing, ": "+f[1]) {
+			chain = f[1]
+		}
+	}
+	if chain == "" {
+		t.Fatalf("no chain without references in table %s:\n%s", victim, listing)
+	}
+	{
+		nftIn(t, ns, "flush", "chain", "inet", victim, chain)
+		nftIn(t, ns, "delete", "chain", "inet", victim, chain)
+		if d := check("after a chain deleted"); len(d) != 1 || !strings.Contains(d[0], "table inet "+victim+" holds") {
+			t.Errorf("chain %s deleted from %s: got %q", chain, victim, d)
+		}
+		if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nftIn(t, ns, "delete", "table", "inet", victim)
+	if d := check("after a table deleted"); len(d) != 1 || d[0] != "table inet "+victim+" deleted" {
+		t.Errorf("table %s deleted: got %q", victim, d)
+	}
+	nftIn(t, ns, "flush", "ruleset")
+	if d := check("after a flush"); len(d) != len(tables) {
+		t.Errorf("flush ruleset: want all %d tables named, got %q", len(tables), d)
+	}
+	// The repairing full sync makes the check quiet again.
+	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if d := check("after the repair"); d != nil {
+		t.Errorf("after the repair: %v", d)
+	}
+}
+
+// TestWatchDriftReportsForeignChangesOnly: crossproxy's own full and partial
+// batches raise nothing; a foreign flush of one of its chains is reported
+// once, naming what changed and who did it; another tool's tables are not
+// crossproxy's business.
+func TestWatchDriftReportsForeignChangesOnly(t *testing.T) {
+	ns := testNS(t)
+	b := newTestBackend(t, ns)
+	t.Cleanup(func() { _ = b.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var seen []string
+	done := make(chan error, 1)
+	go func() {
+		done <- b.WatchDrift(ctx, func(what string) {
+			mu.Lock()
+			seen = append(seen, what)
+			mu.Unlock()
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("WatchDrift: %v", err)
+		}
+	})
+	reports := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), seen...)
+	}
+	// The watcher subscribes asynchronously: wait until a foreign change
+	// to another table is surely past it (it must not be reported either).
+	st := testState()
+	for i := 0; i < 3; i++ {
+		if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := key("default", "web", "http", "TCP", "IPv4")
+	p := *st.Ports[k]
+	p.ClusterEndpoints = p.ClusterEndpoints[:1]
+	st.Ports[k] = &p
+	if err := b.Sync(ctx, st, core.Changes{Ports: map[core.PortKey]struct{}{k: {}}}); err != nil {
+		t.Fatal(err)
+	}
+	nftIn(t, ns, "add", "table", "inet", "firewall")
+	time.Sleep(300 * time.Millisecond)
+	if r := reports(); len(r) != 0 {
+		t.Fatalf("own batches or another table reported: %q", r)
+	}
+	nftIn(t, ns, "flush", "chain", "inet", b.cfg.table(), "nat-prerouting")
+	deadline := time.Now().Add(5 * time.Second)
+	for len(reports()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	r := reports()
+	if len(r) != 1 || !strings.Contains(r[0], "rule deleted in table inet "+b.cfg.table()) || !strings.Contains(r[0], " by nft (pid ") {
+		t.Errorf("foreign chain flush: got %q", r)
+	}
+}

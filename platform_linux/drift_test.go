@@ -1,0 +1,30 @@
+package nft
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestCompareCensusNamesEveryDifference(t *testing.T) {
+	was := map[string]tableCount{"crossproxy": {Objects: 12}, "crossproxy-0": {Objects: 40}, "crossproxy-1": {Objects: 7}}
+	if d := compareCensus(was, map[string]tableCount{"crossproxy": {Objects: 12}, "crossproxy-0": {Objects: 40}, "crossproxy-1": {Objects: 7}}); d != nil {
+		t.Errorf("identical census reported drift: %v", d)
+	}
+	now := map[string]tableCount{
+		"crossproxy":   {Objects: 12, Flags: 1}, // made dormant
+		"crossproxy-0": {Objects: 39},           // a chain deleted
+		"crossproxy-2": {Objects: 1},            // someone else's table in our name
+	}
+	want := []string{
+		"table inet crossproxy flags changed from 0x0 to 0x1",
+		"table inet crossproxy-0 holds 39 chains and sets, 40 programmed",
+		"table inet crossproxy-1 deleted",
+		"table inet crossproxy-2 created",
+	}
+	if got := compareCensus(was, now); !slices.Equal(got, want) {
+		t.Errorf("compareCensus:\n got %q\nwant %q", got, want)
+	}
+	if got := compareCensus(was, map[string]tableCount{}); len(got) != 3 {
+		t.Errorf("a flushed ruleset should name the three tables deleted: %q", got)
+	}
+}
