@@ -98,7 +98,7 @@ func (b *Backend) WatchDrift(ctx context.Context, changed func(what string)) err
 	}
 	defer unix.Close(fd)
 	main := b.cfg.table()
-	pending := map[string]int{}
+	pending := map[foreignChange]int{}
 	rbuf := make([]byte, 1<<20)
 	for ctx.Err() == nil {
 		n, _, err := unix.Recvfrom(fd, rbuf, 0)
@@ -135,7 +135,8 @@ func (b *Backend) WatchDrift(ctx context.Context, changed func(what string)) err
 				continue
 			}
 			if table := notifiedTable(m.Data[4:]); ownTable(main, table) {
-				pending[fmt.Sprintf("%s in table inet %s", notificationKind(msg), table)]++
+				object, what := notificationKind(msg)
+				pending[foreignChange{table: table, object: object, what: what}]++
 			}
 		}
 	}
@@ -191,42 +192,79 @@ func notifiedTable(attrs []byte) string {
 	return ""
 }
 
-// notificationKind names what an nf_tables notification says happened.
-func notificationKind(msg int) string {
+// notificationKind names what an nf_tables notification says happened: the
+// kind of object and what became of it.
+func notificationKind(msg int) (object, what string) {
 	switch msg {
 	case unix.NFT_MSG_NEWTABLE:
-		return "table added or changed"
+		return "table", "added or changed"
 	case unix.NFT_MSG_DELTABLE:
-		return "table deleted"
+		return "table", "deleted"
 	case unix.NFT_MSG_NEWCHAIN:
-		return "chain added or changed"
+		return "chain", "added or changed"
 	case unix.NFT_MSG_DELCHAIN:
-		return "chain deleted"
+		return "chain", "deleted"
 	case unix.NFT_MSG_NEWRULE:
-		return "rule added"
+		return "rule", "added"
 	case unix.NFT_MSG_DELRULE:
-		return "rule deleted"
+		return "rule", "deleted"
 	case unix.NFT_MSG_NEWSET:
-		return "set added"
+		return "set", "added"
 	case unix.NFT_MSG_DELSET:
-		return "set deleted"
+		return "set", "deleted"
 	case unix.NFT_MSG_NEWSETELEM:
-		return "set element added"
+		return "set element", "added"
 	case unix.NFT_MSG_DELSETELEM:
-		return "set element deleted"
+		return "set element", "deleted"
 	}
-	return fmt.Sprintf("object changed (message %d)", msg)
+	return fmt.Sprintf("object (message %d)", msg), "changed"
 }
 
-// describeForeign summarises one foreign transaction: what it did to
-// crossproxy's tables, counted by kind, and which process committed it (the
-// NEWGEN notification that closes a transaction names it).
-func describeForeign(pending map[string]int, gen []byte) string {
-	parts := make([]string, 0, len(pending))
-	for what, n := range pending {
-		parts = append(parts, fmt.Sprintf("%d %s", n, what))
+// foreignChange is one kind of change a foreign transaction made to one of
+// crossproxy's tables, the key its notifications are counted under.
+type foreignChange struct {
+	table, object, what string
+}
+
+// describeForeign summarises one foreign transaction: what it did to each
+// of crossproxy's tables, counted by kind ("table inet crossproxy deleted";
+// "table inet crossproxy: 2 rules deleted"), and which process committed it
+// (the NEWGEN notification that closes a transaction names it).
+func describeForeign(pending map[foreignChange]int, gen []byte) string {
+	byTable := map[string][]string{}
+	deleted := map[string]bool{}
+	for c, n := range pending {
+		if c.object == "table" && c.what == "deleted" {
+			deleted[c.table] = true
+			continue
+		}
+		object := c.object
+		if n > 1 {
+			object += "s"
+		}
+		byTable[c.table] = append(byTable[c.table], fmt.Sprintf("%d %s %s", n, object, c.what))
 	}
-	sort.Strings(parts)
+	tables := make([]string, 0, len(byTable)+len(deleted))
+	for t := range byTable {
+		tables = append(tables, t)
+	}
+	for t := range deleted {
+		if _, ok := byTable[t]; !ok {
+			tables = append(tables, t)
+		}
+	}
+	sort.Strings(tables)
+	parts := make([]string, 0, len(tables))
+	for _, t := range tables {
+		if deleted[t] {
+			// Deleting a table deletes everything in it: the count of its
+			// chains and rules adds nothing.
+			parts = append(parts, fmt.Sprintf("table inet %s deleted", t))
+			continue
+		}
+		sort.Strings(byTable[t])
+		parts = append(parts, fmt.Sprintf("table inet %s: %s", t, strings.Join(byTable[t], ", ")))
+	}
 	who := ""
 	if ad, err := netlink.NewAttributeDecoder(gen); err == nil {
 		ad.ByteOrder = binary.BigEndian
@@ -244,5 +282,5 @@ func describeForeign(pending map[string]int, gen []byte) string {
 			who = fmt.Sprintf(" by %s (pid %d)", name, pid)
 		}
 	}
-	return strings.Join(parts, ", ") + who
+	return strings.Join(parts, "; ") + who
 }

@@ -154,7 +154,7 @@ func TestWatchDriftReportsForeignChangesOnly(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	r := reports()
-	if len(r) != 1 || !strings.Contains(r[0], "rule deleted in table inet "+b.cfg.table()) || !strings.Contains(r[0], " by nft (pid ") {
+	if len(r) != 1 || !strings.Contains(r[0], "table inet "+b.cfg.table()+": ") || !strings.Contains(r[0], " by nft (pid ") {
 		t.Errorf("foreign chain flush: got %q", r)
 	}
 }

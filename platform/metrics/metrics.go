@@ -148,6 +148,11 @@ func (m *Metrics) ObserveSync(res platform.SyncResult) {
 		m.SyncFailures.WithLabelValues(FailureReason(res.Err)).Inc()
 		return
 	}
+	if len(res.Repair) > 0 {
+		// The backend rewrote rules others had changed (the Linux backend
+		// reports them to the runner; Windows counts its own per object).
+		m.Repaired("ruleset", 1)
+	}
 	d := res.Duration.Seconds()
 	m.SyncDuration.Observe(d)
 	if res.Full {

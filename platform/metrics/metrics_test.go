@@ -156,3 +156,19 @@ func value(t *testing.T, c prometheus.Metric) float64 {
 	}
 	return m.Counter.GetValue()
 }
+
+// TestRepairSyncCountsOnce: a sync that repaired rules others changed counts
+// one ruleset repair when it succeeds, none when it fails.
+func TestRepairSyncCountsOnce(t *testing.T) {
+	m := New()
+	drift := []string{"table inet crossproxy deleted", "1 rule deleted in table inet crossproxy-0 by nft (pid 9)"}
+	m.ObserveSync(platform.SyncResult{ID: 1, Full: true, Err: errors.New("netlink: EBUSY"), Repair: drift})
+	if got := value(t, m.Repairs.WithLabelValues("ruleset")); got != 0 {
+		t.Errorf("a failed repair counted: %v", got)
+	}
+	m.ObserveSync(platform.SyncResult{ID: 2, Full: true, Duration: time.Millisecond, Repair: drift})
+	m.ObserveSync(platform.SyncResult{ID: 3, Duration: time.Millisecond})
+	if got := value(t, m.Repairs.WithLabelValues("ruleset")); got != 1 {
+		t.Errorf("repairs ruleset = %v, want 1", got)
+	}
+}

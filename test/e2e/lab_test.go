@@ -59,6 +59,9 @@ type lab struct {
 	objects map[string]any // file content by key, written as one manifest file
 	proxy   *exec.Cmd
 	logPath string
+	// extra are flags after the lab's own for `crossproxy run`; a flag given
+	// twice takes the later value.
+	extra []string
 }
 
 func (l *lab) ns(role string) string { return nsPrefix + "e2e" + l.id + "-" + role }
@@ -105,12 +108,16 @@ func crossproxyBinary(t *testing.T) string {
 
 // newLab builds the namespaces and starts crossproxy; everything is removed
 // when the test ends, also on failure.
-func newLab(t *testing.T) *lab {
+func newLab(t *testing.T) *lab { return newLabWith(t, "") }
+
+// newLabWith is newLab with its own namespace names (suffix) and extra flags
+// for crossproxy.
+func newLabWith(t *testing.T, suffix string, extra ...string) *lab {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("end-to-end tests need root")
 	}
-	l := &lab{t: t, id: fmt.Sprintf("%d", os.Getpid()), dir: t.TempDir(), objects: map[string]any{}}
+	l := &lab{t: t, id: fmt.Sprintf("%d%s", os.Getpid(), suffix), dir: t.TempDir(), objects: map[string]any{}, extra: extra}
 	l.bin = crossproxyBinary(t)
 	node, ext, client := l.ns("node"), l.ns("ext"), l.ns("c1")
 	all := []string{node, ext, client}
@@ -230,6 +237,7 @@ func (l *lab) startProxy() {
 		"--full-sync-period", "4s",
 		"--localhost-nodeports",
 		"--log-level", "debug")
+	cmd.Args = append(cmd.Args, l.extra...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
