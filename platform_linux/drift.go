@@ -18,16 +18,7 @@ type tableCount struct {
 // It cannot see a rule changed inside a chain (the counts stay the same);
 // the notification watcher does.
 func compareCensus(was, now map[string]tableCount) []string {
-	names := make([]string, 0, len(was)+len(now))
-	for n := range was {
-		names = append(names, n)
-	}
-	for n := range now {
-		if _, ok := was[n]; !ok {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
+	names := sortedNames(was, now)
 	var out []string
 	for _, n := range names {
 		w, had := was[n]
@@ -44,4 +35,19 @@ func compareCensus(was, now map[string]tableCount) []string {
 		}
 	}
 	return out
+}
+
+// sortedNames is the union of the keys of a and b, sorted.
+func sortedNames[A, B any](a map[string]A, b map[string]B) []string {
+	names := make([]string, 0, len(a)+len(b))
+	for n := range a {
+		names = append(names, n)
+	}
+	for n := range b {
+		if _, ok := a[n]; !ok {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names
 }

@@ -244,16 +244,7 @@ func describeForeign(pending map[foreignChange]int, gen []byte) string {
 		}
 		byTable[c.table] = append(byTable[c.table], fmt.Sprintf("%d %s %s", n, object, c.what))
 	}
-	tables := make([]string, 0, len(byTable)+len(deleted))
-	for t := range byTable {
-		tables = append(tables, t)
-	}
-	for t := range deleted {
-		if _, ok := byTable[t]; !ok {
-			tables = append(tables, t)
-		}
-	}
-	sort.Strings(tables)
+	tables := sortedNames(byTable, deleted)
 	parts := make([]string, 0, len(tables))
 	for _, t := range tables {
 		if deleted[t] {
