@@ -14,7 +14,7 @@ import (
 // lbOp is one load balancer change the differ decided.
 type lbOp struct {
 	kind    opKind
-	owner   Owner
+	owner   lbOwner
 	desired LoadBalancer // create, update
 	current LoadBalancer // update, delete
 }
@@ -34,13 +34,13 @@ func (k opKind) String() string {
 // ownedLB is a load balancer crossproxy owns, as HNS last reported it.
 type ownedLB struct {
 	LB    LoadBalancer
-	Owner Owner
+	Owner lbOwner
 }
 
 // desiredLB is a planned load balancer with endpoint ids resolved.
 type desiredLB struct {
 	LB    LoadBalancer
-	Owner Owner
+	Owner lbOwner
 }
 
 // diffLoadBalancers compares the desired load balancers of some ports with
@@ -50,11 +50,11 @@ type desiredLB struct {
 func diffLoadBalancers(desired []desiredLB, current []ownedLB, canModify bool) []lbOp {
 	byFrontend := make(map[string]ownedLB, len(current))
 	for _, c := range current {
-		byFrontend[c.LB.Frontend()] = c
+		byFrontend[c.LB.frontend()] = c
 	}
 	var ops []lbOp
 	for _, d := range desired {
-		f := d.LB.Frontend()
+		f := d.LB.frontend()
 		c, ok := byFrontend[f]
 		delete(byFrontend, f)
 		switch {
@@ -77,7 +77,7 @@ func diffLoadBalancers(desired []desiredLB, current []ownedLB, canModify bool) [
 	for _, c := range byFrontend {
 		rest = append(rest, c)
 	}
-	sort.Slice(rest, func(i, j int) bool { return rest[i].LB.Frontend() < rest[j].LB.Frontend() })
+	sort.Slice(rest, func(i, j int) bool { return rest[i].LB.frontend() < rest[j].LB.frontend() })
 	for _, c := range rest {
 		ops = append(ops, lbOp{kind: opDelete, owner: c.Owner, current: c.LB})
 	}
@@ -109,7 +109,7 @@ func normalIDs(ids []string) []string {
 // HNS only has a remote endpoint for, and the stale endpoints being replaced
 // are left out and their ports returned for a retry; a load balancer left
 // with no endpoint is not wanted.
-func (b *Backend) resolve(planned []PlannedLB, stale map[netip.Addr]Endpoint) ([]desiredLB, map[core.PortKey][]netip.Addr) {
+func (b *Backend) resolve(planned []plannedLB, stale map[netip.Addr]Endpoint) ([]desiredLB, map[core.PortKey][]netip.Addr) {
 	var out []desiredLB
 	missing := map[core.PortKey][]netip.Addr{}
 	for _, p := range planned {

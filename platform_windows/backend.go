@@ -20,19 +20,13 @@ import (
 	"github.com/crossproxy/crossproxy/platform"
 )
 
-// Notifier receives the core decisions HNS cannot express. The Backend calls
-// it once per Service and feature (again only when the detail changes);
-// cmd passes platform/events.Recorder through BackendConfig.Notifier, which
-// turns each call into an Event on the Service.
-type Notifier = platform.Notifier
-
-// DefaultRootEndpointName is the host's HNS endpoint on the network, as
+// defaultRootEndpointName is the host's HNS endpoint on the network, as
 // kube-proxy's --root-hnsendpoint-name defaults it.
-const DefaultRootEndpointName = "cbr0"
+const defaultRootEndpointName = "cbr0"
 
-// DefaultConcurrency bounds the HNS calls in flight; HNS serialises much of
+// defaultConcurrency bounds the HNS calls in flight; HNS serialises much of
 // its work, so more gains little and risks timeouts.
-const DefaultConcurrency = 8
+const defaultConcurrency = 8
 
 // Config configures a Backend.
 type Config struct {
@@ -65,32 +59,32 @@ type Config struct {
 	// HealthzPort is the health-check VIP's port for Services without a
 	// healthCheckNodePort (the proxy's /healthz port).
 	HealthzPort uint16
-	// Concurrency bounds the HNS calls in flight (DefaultConcurrency if 0).
+	// Concurrency bounds the HNS calls in flight (defaultConcurrency if 0).
 	Concurrency int
 	// Ledger records which load balancers crossproxy owns (required).
 	Ledger Ledger
-	// Notifier receives what HNS cannot express (optional).
-	Notifier Notifier
-	// Repairs counts what drift repair put back (optional; a metric).
-	Repairs RepairCounter
+	// Notifier receives the core decisions HNS cannot express (optional).
+	// The Backend calls it once per Service and feature (again only when the
+	// detail changes); cmd passes platform/events.Recorder through
+	// BackendConfig.Notifier, which turns each call into an Event on the Service.
+	Notifier platform.Notifier
+	// Repairs counts the objects drift repair put back (optional;
+	// platform/metrics.Metrics in `crossproxy run`).
+	Repairs platform.RepairCounter
 	// DriftCheckPeriod is how often a partial sync first lists the load
 	// balancers to find drift (the runner's SyncPeriod, which guarantees a
-	// sync that often; DefaultDriftCheckPeriod if 0). Partial syncs closer
+	// sync that often; defaultDriftCheckPeriod if 0). Partial syncs closer
 	// together skip the listing, so a burst of changes costs no extra calls.
 	DriftCheckPeriod time.Duration
 }
 
-// DefaultDriftCheckPeriod is kube-proxy's default syncPeriod.
-const DefaultDriftCheckPeriod = 30 * time.Second
-
-// RepairCounter counts the objects drift repair put back
-// (platform/metrics.Metrics in `crossproxy run`).
-type RepairCounter = platform.RepairCounter
+// defaultDriftCheckPeriod is kube-proxy's default syncPeriod.
+const defaultDriftCheckPeriod = 30 * time.Second
 
 // Backend makes HNS match a core.NodeState: it plans, diffs against what HNS
 // reported, and applies the difference with the fewest calls. It owns only
 // the load balancers in its ledger and the endpoints named with
-// RemoteEndpointPrefix or SourceVIPEndpointName.
+// remoteEndpointPrefix or sourceVIPEndpointName.
 type Backend struct {
 	hns HNS
 	cfg Config
@@ -114,8 +108,8 @@ type Backend struct {
 	dupRemotes   []Endpoint
 	owned        map[string]ownedLB
 	foreign      map[string][]string // frontend -> ids of load balancers crossproxy does not own
-	ledger       LedgerData
-	saved        LedgerData // what the Ledger holds
+	ledger       ledgerData
+	saved        ledgerData // what the Ledger holds
 	ledgerLoaded bool
 	synced       bool
 	now          func() time.Time
@@ -141,13 +135,13 @@ func New(h HNS, cfg Config, log logrus.FieldLogger) (*Backend, error) {
 		return nil, fmt.Errorf("hns backend: %w: no ledger", ErrInvalid)
 	}
 	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = DefaultConcurrency
+		cfg.Concurrency = defaultConcurrency
 	}
 	if cfg.DriftCheckPeriod <= 0 {
-		cfg.DriftCheckPeriod = DefaultDriftCheckPeriod
+		cfg.DriftCheckPeriod = defaultDriftCheckPeriod
 	}
 	if cfg.RootEndpointName == "" {
-		cfg.RootEndpointName = DefaultRootEndpointName
+		cfg.RootEndpointName = defaultRootEndpointName
 	}
 	return &Backend{
 		hns: h, cfg: cfg, log: log, now: time.Now,
@@ -235,7 +229,7 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 	for k := range keys {
 		list = append(list, k)
 	}
-	plan := PlanPorts(state, list, opts)
+	plan := planPorts(state, list, opts)
 	b.rememberFrontends(state, keys, full)
 	remotes := b.remotesCreated
 	notices, err := b.reconcile(ctx, plan, keys, full)
@@ -262,9 +256,9 @@ func (b *Backend) drifted(lbs []LoadBalancer) []string {
 		got, ok := byID[strings.ToLower(id)]
 		switch {
 		case !ok:
-			out = append(out, fmt.Sprintf("%s %s of %s missing", o.Owner.Kind, o.LB.Frontend(), o.Owner.Key()))
+			out = append(out, fmt.Sprintf("%s %s of %s missing", o.Owner.Kind, o.LB.frontend(), o.Owner.Key()))
 		case !sameLB(got, o.LB):
-			out = append(out, fmt.Sprintf("%s %s of %s changed", o.Owner.Kind, o.LB.Frontend(), o.Owner.Key()))
+			out = append(out, fmt.Sprintf("%s %s of %s changed", o.Owner.Kind, o.LB.frontend(), o.Owner.Key()))
 		}
 	}
 	sort.Strings(out)
@@ -299,7 +293,7 @@ func (b *Backend) planOptions(ctx context.Context, state *core.NodeState) (PlanO
 	if b.cfg.ForwardHealthCheckVIP {
 		opts.HealthCheckGateway, opts.HealthzPort = b.root.IP, b.cfg.HealthzPort
 	}
-	if !b.network.IsOverlay() || !opts.nodeIP(state).IsValid() {
+	if !b.network.isOverlay() || !opts.nodeIP(state).IsValid() {
 		opts.SourceVIP = b.cfg.SourceVIP
 		if err := OverlayPrerequisites(opts, state); err != nil {
 			return opts, fmt.Errorf("hns: %w", err)
@@ -414,14 +408,14 @@ func (b *Backend) adopt(lbs []LoadBalancer) {
 	for _, lb := range lbs {
 		present[lb.ID] = true
 	}
-	vanished := map[string]Owner{}
+	vanished := map[string]lbOwner{}
 	for id, o := range b.ledger.LoadBalancers {
 		if f := b.ledger.Frontends[id]; !present[id] && f != "" {
 			vanished[f] = o
 		}
 	}
 	for _, lb := range lbs {
-		f := lb.Frontend()
+		f := lb.frontend()
 		if o, ok := b.ledger.LoadBalancers[lb.ID]; ok {
 			b.owned[lb.ID] = ownedLB{LB: lb, Owner: o}
 		} else if o, ok := vanished[f]; ok {
@@ -430,7 +424,7 @@ func (b *Backend) adopt(lbs []LoadBalancer) {
 			delete(vanished, f)
 		} else if p, ok := b.ledger.Pending[f]; ok && !slices.Contains(p.Foreign, lb.ID) {
 			b.log.WithFields(logrus.Fields{"id": lb.ID, "frontend": f}).Info("adopting load balancer created by an interrupted or failed create")
-			b.owned[lb.ID] = ownedLB{LB: lb, Owner: p.Owner}
+			b.owned[lb.ID] = ownedLB{LB: lb, Owner: p.lbOwner}
 			delete(b.ledger.Pending, f)
 		} else {
 			b.foreign[f] = append(b.foreign[f], lb.ID)
@@ -480,14 +474,14 @@ func (b *Backend) listEndpoints(ctx context.Context) error {
 
 // ours reports whether crossproxy made the endpoint.
 func ours(ep Endpoint) bool {
-	return strings.HasPrefix(ep.Name, RemoteEndpointPrefix) || ep.Name == SourceVIPEndpointName
+	return strings.HasPrefix(ep.Name, remoteEndpointPrefix) || ep.Name == sourceVIPEndpointName
 }
 
 // notify logs and forwards what HNS cannot express, once per Service and
 // feature, and forgets Services that are gone.
-func (b *Backend) notify(state *core.NodeState, notices []Notice, changes core.Changes, scope map[core.PortKey]struct{}, full bool) {
+func (b *Backend) notify(state *core.NodeState, notices []notice, changes core.Changes, scope map[core.PortKey]struct{}, full bool) {
 	for _, s := range changes.StaleUDP {
-		notices = append(notices, Notice{s.Key.Service, "UDPStaleFlowCleanup",
+		notices = append(notices, notice{s.Key.Service, "UDPStaleFlowCleanup",
 			fmt.Sprintf("HNS has no flow table API: UDP flows to removed endpoint %s are not flushed and age out on their own", s.Endpoint)})
 	}
 	live := map[types.NamespacedName]bool{}
@@ -665,12 +659,12 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 		mine = append(mine, o)
 	}
 	var failures []error
-	keep := map[string]Owner{}
+	keep := map[string]lbOwner{}
 	for i, err := range parallel(ctx, b.cfg.Concurrency, mine, func(ctx context.Context, o ownedLB) error {
 		return b.hns.DeleteLoadBalancer(ctx, o.LB.ID)
 	}) {
 		if err != nil && !errors.Is(err, ErrNotFound) {
-			failures = append(failures, fmt.Errorf("delete load balancer %s (%s): %w", mine[i].LB.Frontend(), mine[i].LB.ID, err))
+			failures = append(failures, fmt.Errorf("delete load balancer %s (%s): %w", mine[i].LB.frontend(), mine[i].LB.ID, err))
 			keep[mine[i].LB.ID] = mine[i].Owner
 		}
 	}
@@ -702,7 +696,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	if err := b.releaseSourceVIP(ctx); err != nil {
 		failures = append(failures, err)
 	}
-	b.ledger = LedgerData{LoadBalancers: keep, Frontends: map[string]string{}, Pending: map[string]PendingLB{}, Network: b.ledger.Network, SourceVIP: b.ledger.SourceVIP}
+	b.ledger = ledgerData{LoadBalancers: keep, Frontends: map[string]string{}, Pending: map[string]pendingLB{}, Network: b.ledger.Network, SourceVIP: b.ledger.SourceVIP}
 	b.sourceVIP, b.sourceVIPFrom = netip.Addr{}, ""
 	b.owned = map[string]ownedLB{}
 	b.byIP = map[netip.Addr]Endpoint{}
@@ -715,7 +709,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 
 // missingLocal reports whether a missing endpoint is a local one (remote
 // endpoints are missing only when their creation failed).
-func missingLocal(missing map[core.PortKey][]netip.Addr, plan Plan) bool {
+func missingLocal(missing map[core.PortKey][]netip.Addr, plan hnsPlan) bool {
 	remote := map[netip.Addr]bool{}
 	for _, ep := range plan.RemoteEndpoints {
 		remote[ep.IP] = true

@@ -55,7 +55,7 @@ func newRigOn(t *testing.T, nw Network, features Features, locals ...string) *ri
 	t.Helper()
 	r := &rig{fake: NewFake(nw, features), ledger: &MemoryLedger{}, notifier: &recordingNotifier{}, localIDs: map[string]string{}}
 	cfg := Config{NetworkName: nw.Name, NodeIP: ip("192.168.0.11"), Ledger: r.ledger, Notifier: r.notifier, HostMAC: hostMACOf, SourceVIPOrigin: "flag --source-vip"}
-	if nw.IsOverlay() {
+	if nw.isOverlay() {
 		cfg.SourceVIP = ip("10.244.1.2")
 		r.fake.AddEndpoint(Endpoint{Name: "source-vip", IP: cfg.SourceVIP, MAC: hostMAC, ProviderAddress: cfg.NodeIP})
 	}
@@ -105,7 +105,7 @@ func (r *rig) dump() string {
 			eps = append(eps, ips[strings.ToUpper(id)])
 		}
 		sort.Strings(eps)
-		fmt.Fprintf(&sb, "%s -> :%d [%s] %s\n", lb.Frontend(), lb.InternalPort, strings.Join(eps, " "), lb.Flags)
+		fmt.Fprintf(&sb, "%s -> :%d [%s] %s\n", lb.frontend(), lb.InternalPort, strings.Join(eps, " "), lb.Flags)
 	}
 	return sb.String()
 }
@@ -270,7 +270,7 @@ func TestAdoptAfterCrash(t *testing.T) {
 	lb := LoadBalancer{Protocol: ProtocolTCP, FrontendVIPs: []netip.Addr{ip("10.96.0.10")}, ExternalPort: 80, InternalPort: 8080,
 		SourceVIP: ip("10.244.1.2"), EndpointIDs: []string{r.localIDs["10.244.1.5"]}}
 	id := r.fake.AddForeignLoadBalancer(lb)
-	if err := r.ledger.Save(LedgerData{Pending: map[string]PendingLB{lb.Frontend(): {Owner: ownerOf(p.Key, core.FrontendClusterIP)}}}); err != nil {
+	if err := r.ledger.Save(ledgerData{Pending: map[string]pendingLB{lb.frontend(): {lbOwner: ownerOf(p.Key, core.FrontendClusterIP)}}}); err != nil {
 		t.Fatal(err)
 	}
 	r.sync(t, state(p), full())
@@ -396,9 +396,9 @@ func TestFileLedgerRoundTrip(t *testing.T) {
 	if d, err := l.Load(); err != nil || len(d.LoadBalancers) != 0 {
 		t.Fatalf("missing file: %+v %v", d, err)
 	}
-	o := Owner{Namespace: "default", Name: "web", Port: "http", Protocol: "TCP", Family: "IPv4", Kind: core.FrontendClusterIP}
-	want := LedgerData{LoadBalancers: map[string]Owner{"id-1": o}, Frontends: map[string]string{"id-1": "TCP/10.96.0.11/80"},
-		Pending: map[string]PendingLB{"TCP/10.96.0.10/80": {Owner: o, Foreign: []string{"id-9"}}}}
+	o := lbOwner{Namespace: "default", Name: "web", Port: "http", Protocol: "TCP", Family: "IPv4", Kind: core.FrontendClusterIP}
+	want := ledgerData{LoadBalancers: map[string]lbOwner{"id-1": o}, Frontends: map[string]string{"id-1": "TCP/10.96.0.11/80"},
+		Pending: map[string]pendingLB{"TCP/10.96.0.10/80": {lbOwner: o, Foreign: []string{"id-9"}}}}
 	if err := l.Save(want); err != nil {
 		t.Fatal(err)
 	}

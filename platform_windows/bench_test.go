@@ -109,7 +109,7 @@ func (s *scale) dropRemote(i int) core.Changes {
 // remote) into a fake HNS that sleeps 30 ms per call. The sleeps are real and
 // unscaled, so the wall time is the simulated HNS time.
 func BenchmarkInitialProgram2000(b *testing.B) {
-	for _, conc := range []int{1, DefaultConcurrency} {
+	for _, conc := range []int{1, defaultConcurrency} {
 		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
 			if conc == 1 && testing.Short() {
 				b.Skip("serial run takes 2 minutes")
@@ -126,7 +126,7 @@ func BenchmarkInitialProgram2000(b *testing.B) {
 				b.ReportMetric(float64(s.fake.TotalCalls()), "hns-calls")
 				b.ReportMetric(d.Seconds(), "simulated-s")
 				b.ReportMetric(float64(s.fake.MaxInFlight()), "max-in-flight")
-				if conc == DefaultConcurrency && d > 60*time.Second {
+				if conc == defaultConcurrency && d > 60*time.Second {
 					b.Errorf("initial program took %s, target 60s", d)
 				}
 			}
@@ -196,10 +196,10 @@ func TestInterruptedSyncKeepsOwnership(t *testing.T) {
 	}
 	for _, lb := range lbs {
 		if _, ok := ledger.LoadBalancers[lb.ID]; !ok {
-			t.Fatalf("load balancer %s (%s) created but not recorded", lb.ID, lb.Frontend())
+			t.Fatalf("load balancer %s (%s) created but not recorded", lb.ID, lb.frontend())
 		}
-		if _, ok := ledger.Pending[lb.Frontend()]; ok {
-			t.Fatalf("load balancer %s (%s) recorded and still pending", lb.ID, lb.Frontend())
+		if _, ok := ledger.Pending[lb.frontend()]; ok {
+			t.Fatalf("load balancer %s (%s) recorded and still pending", lb.ID, lb.frontend())
 		}
 	}
 	s.fake.SetFail(nil)

@@ -69,7 +69,7 @@ func TestDriftCheckedOncePerSyncPeriod(t *testing.T) {
 	if n := r.fake.TotalCalls(); n != 0 {
 		t.Fatalf("a partial sync 5 s after the full one made %d calls (%v), want none", n, r.fake.Calls())
 	}
-	c.t = c.t.Add(DefaultDriftCheckPeriod)
+	c.t = c.t.Add(defaultDriftCheckPeriod)
 	r.sync(t, s, partial())
 	if got, want := r.fake.Calls(), map[string]int{"ListLoadBalancers": 1}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("periodic sync without drift: calls %v, want %v", got, want)
@@ -90,7 +90,7 @@ func TestDriftRepairedWithinSyncPeriod(t *testing.T) {
 	r.sync(t, s, full())
 	want := stateDump(r.fake)
 	lbs := r.fake.LoadBalancers()
-	sort.Slice(lbs, func(i, j int) bool { return lbs[i].Frontend() < lbs[j].Frontend() })
+	sort.Slice(lbs, func(i, j int) bool { return lbs[i].frontend() < lbs[j].frontend() })
 	var mine []LoadBalancer
 	for _, lb := range lbs {
 		if _, ok := r.backend.owned[lb.ID]; ok {
@@ -100,7 +100,7 @@ func TestDriftRepairedWithinSyncPeriod(t *testing.T) {
 	r.fake.DeleteBehind(mine[0].ID)
 	r.fake.ChangeBehind(mine[1].ID, func(lb *LoadBalancer) { lb.InternalPort = 9999; lb.EndpointIDs = lb.EndpointIDs[:1] })
 	r.fake.ResetCalls()
-	c.t = c.t.Add(DefaultDriftCheckPeriod)
+	c.t = c.t.Add(defaultDriftCheckPeriod)
 	r.sync(t, s, partial())
 	if got := stateDump(r.fake); got != want {
 		t.Fatalf("after the repair:\n%s\nwant:\n%s", got, want)
@@ -114,7 +114,7 @@ func TestDriftRepairedWithinSyncPeriod(t *testing.T) {
 	}
 	// The next periodic sync finds nothing more to do.
 	r.fake.ResetCalls()
-	c.t = c.t.Add(DefaultDriftCheckPeriod)
+	c.t = c.t.Add(defaultDriftCheckPeriod)
 	r.sync(t, s, partial())
 	if n := r.fake.TotalCalls(); n != 1 {
 		t.Fatalf("after the repair the periodic sync made %v", r.fake.Calls())
@@ -133,7 +133,7 @@ func TestHNSRestartRepairedInOneSync(t *testing.T) {
 	want := stateDump(r.fake)
 	r.fake.RestartLosingState()
 	r.fake.ResetCalls()
-	c.t = c.t.Add(DefaultDriftCheckPeriod)
+	c.t = c.t.Add(defaultDriftCheckPeriod)
 	r.sync(t, s, partial())
 	if got := stateDump(r.fake); got != want {
 		t.Fatalf("after the repair:\n%s\nwant:\n%s", got, want)
@@ -163,7 +163,7 @@ func TestDriftCheckFailure(t *testing.T) {
 		}
 		return nil
 	})
-	c.t = c.t.Add(DefaultDriftCheckPeriod)
+	c.t = c.t.Add(defaultDriftCheckPeriod)
 	err := r.backend.Sync(context.Background(), s, partial())
 	if err == nil || !strings.Contains(err.Error(), "check load balancers for drift") {
 		t.Fatalf("want the sync failed naming the drift check, got %v", err)
@@ -195,7 +195,7 @@ func stateDump(f *Fake) string {
 			ips = append(ips, addr[strings.ToLower(id)])
 		}
 		sort.Strings(ips)
-		fmt.Fprintf(&sb, "%s -> :%d [%s] %s sourceVIP=%s\n", lb.Frontend(), lb.InternalPort, strings.Join(ips, " "), lb.Flags, lb.SourceVIP)
+		fmt.Fprintf(&sb, "%s -> :%d [%s] %s sourceVIP=%s\n", lb.frontend(), lb.InternalPort, strings.Join(ips, " "), lb.Flags, lb.SourceVIP)
 	}
 	return sb.String()
 }

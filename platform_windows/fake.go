@@ -72,7 +72,7 @@ func (f *Fake) sortedLBs() []LoadBalancer {
 	for _, lb := range f.lbs {
 		out = append(out, readBack(lb))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Frontend() < out[j].Frontend() })
+	sort.Slice(out, func(i, j int) bool { return out[i].frontend() < out[j].frontend() })
 	return out
 }
 
@@ -179,7 +179,7 @@ func (f *Fake) createEndpoint(ctx context.Context, method, networkID string, ep 
 		return Endpoint{}, fmt.Errorf("network %s: %w", networkID, ErrNotFound)
 	case !ep.IP.IsValid():
 		return Endpoint{}, fmt.Errorf("endpoint without address: %w", ErrInvalid)
-	case ep.Remote && f.network.IsOverlay() && !ep.ProviderAddress.IsValid():
+	case ep.Remote && f.network.isOverlay() && !ep.ProviderAddress.IsValid():
 		return Endpoint{}, fmt.Errorf("remote endpoint %s on an overlay network needs a provider address: %w", ep.IP, ErrInvalid)
 	}
 	for _, other := range f.eps {
@@ -228,7 +228,7 @@ func (f *Fake) ListLoadBalancers(ctx context.Context) ([]LoadBalancer, error) {
 
 // CreateLoadBalancer implements HNS.
 func (f *Fake) CreateLoadBalancer(ctx context.Context, lb LoadBalancer) (LoadBalancer, error) {
-	if err := f.call(ctx, "CreateLoadBalancer", lb.Frontend()); err != nil {
+	if err := f.call(ctx, "CreateLoadBalancer", lb.frontend()); err != nil {
 		return LoadBalancer{}, err
 	}
 	f.mu.Lock()
@@ -239,7 +239,7 @@ func (f *Fake) CreateLoadBalancer(ctx context.Context, lb LoadBalancer) (LoadBal
 	lb = cloneLB(lb)
 	lb.ID = f.newID()
 	f.lbs[lb.ID] = lb
-	if err := f.after("CreateLoadBalancer", lb.Frontend()); err != nil {
+	if err := f.after("CreateLoadBalancer", lb.frontend()); err != nil {
 		return LoadBalancer{}, err
 	}
 	return readBack(lb), nil
@@ -287,7 +287,7 @@ func (f *Fake) DeleteLoadBalancer(ctx context.Context, id string) error {
 // validate checks a load balancer as HNS does before accepting it; self is
 // the id being modified (its own frontend is no conflict).
 func (f *Fake) validate(lb LoadBalancer, self string) error {
-	fe := lb.Frontend()
+	fe := lb.frontend()
 	if lb.Protocol != ProtocolTCP && lb.Protocol != ProtocolUDP {
 		return fmt.Errorf("load balancer %s: protocol %d: %w", fe, lb.Protocol, ErrInvalid)
 	}
@@ -330,7 +330,7 @@ func (f *Fake) validate(lb LoadBalancer, self string) error {
 		if self == "" && sameLB(other, lb) {
 			return fmt.Errorf("load balancer %s: identical to %s (ERROR_ALREADY_EXISTS): %w", fe, id, ErrAlreadyExists)
 		}
-		return fmt.Errorf("load balancer %s conflicts with %s (%s) (HCN_E_PORT_ALREADY_EXISTS): %w", fe, id, other.Frontend(), ErrDuplicateFrontend)
+		return fmt.Errorf("load balancer %s conflicts with %s (%s) (HCN_E_PORT_ALREADY_EXISTS): %w", fe, id, other.frontend(), ErrDuplicateFrontend)
 	}
 	return nil
 }

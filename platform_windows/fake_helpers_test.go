@@ -154,7 +154,7 @@ func (f *Fake) RestartLosingState() {
 	defer f.mu.Unlock()
 	clear(f.lbs)
 	for id, ep := range f.eps {
-		if ep.Remote || ep.Name == SourceVIPEndpointName {
+		if ep.Remote || ep.Name == sourceVIPEndpointName {
 			delete(f.eps, id)
 		}
 	}

@@ -163,7 +163,7 @@ func (HCN) CreateLoadBalancer(ctx context.Context, lb LoadBalancer) (LoadBalance
 	}
 	got, err := loadBalancerToHCN(lb).Create()
 	if err != nil {
-		return LoadBalancer{}, fmt.Errorf("create load balancer %s: %w", lb.Frontend(), mapErr(err))
+		return LoadBalancer{}, fmt.Errorf("create load balancer %s: %w", lb.frontend(), mapErr(err))
 	}
 	return loadBalancerFromHCN(got), nil
 }
@@ -175,7 +175,7 @@ func (HCN) UpdateLoadBalancer(ctx context.Context, id string, lb LoadBalancer) (
 	}
 	got, err := loadBalancerToHCN(lb).Update(id)
 	if err != nil {
-		return LoadBalancer{}, fmt.Errorf("modify load balancer %s (%s): %w", lb.Frontend(), id, mapErr(err))
+		return LoadBalancer{}, fmt.Errorf("modify load balancer %s (%s): %w", lb.frontend(), id, mapErr(err))
 	}
 	return loadBalancerFromHCN(got), nil
 }

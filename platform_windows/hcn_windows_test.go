@@ -40,7 +40,7 @@ func TestHCNLoadBalancerRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got := loadBalancerFromHCN(&back); !reflect.DeepEqual(got, lb) || !sameLB(got, lb) {
-			t.Fatalf("round trip of %s:\n got %+v\nwant %+v\njson %s", lb.Frontend(), got, lb, b)
+			t.Fatalf("round trip of %s:\n got %+v\nwant %+v\njson %s", lb.frontend(), got, lb, b)
 		}
 	}
 	h := loadBalancerToHCN(LoadBalancer{Flags: LBFlags{DSR: true, IPv6: true, LocalRoutedVIP: true, VipExternalIP: true}, SourceIPAffinity: true})
@@ -64,18 +64,18 @@ func TestHCNNetworkAndEndpoints(t *testing.T) {
 		t.Fatal("a malformed remote subnet must be an error")
 	}
 
-	local, err := endpointToHCN(Endpoint{Name: SourceVIPEndpointName, IP: ip("10.244.1.2"), MAC: hostMAC})
+	local, err := endpointToHCN(Endpoint{Name: sourceVIPEndpointName, IP: ip("10.244.1.2"), MAC: hostMAC})
 	if err != nil || local.Flags&hcn.EndpointFlagsRemoteEndpoint != 0 || len(local.Policies) != 0 || local.MacAddress != hostMAC {
 		t.Fatalf("source VIP endpoint: %+v %v", local, err)
 	}
-	req, err := endpointToHCN(Endpoint{Name: RemoteEndpointPrefix + "10.244.2.7", IP: ip("10.244.2.7"), Remote: true, ProviderAddress: ip("192.168.0.12"), MAC: "02-11-0a-f4-02-07"})
+	req, err := endpointToHCN(Endpoint{Name: remoteEndpointPrefix + "10.244.2.7", IP: ip("10.244.2.7"), Remote: true, ProviderAddress: ip("192.168.0.12"), MAC: "02-11-0a-f4-02-07"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Id = "EP-1"
 	req.IpConfigurations = append(req.IpConfigurations, hcn.IpConfig{IpAddress: "fd00:2::7"})
 	got := endpointsFromHCN(req)
-	base := Endpoint{ID: "ep-1", Name: RemoteEndpointPrefix + "10.244.2.7", Remote: true, ProviderAddress: ip("192.168.0.12"), MAC: "02-11-0a-f4-02-07"}
+	base := Endpoint{ID: "ep-1", Name: remoteEndpointPrefix + "10.244.2.7", Remote: true, ProviderAddress: ip("192.168.0.12"), MAC: "02-11-0a-f4-02-07"}
 	v4, v6 := base, base
 	v4.IP, v6.IP = ip("10.244.2.7"), ip("fd00:2::7")
 	if !reflect.DeepEqual(got, []Endpoint{v4, v6}) {

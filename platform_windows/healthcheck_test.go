@@ -26,11 +26,11 @@ func lbPort(name, cip string, hcnp uint16, eps []core.Endpoint, ingress ...strin
 	return p
 }
 
-func healthLBs(p Plan) []string {
+func healthLBs(p hnsPlan) []string {
 	var out []string
 	for _, lb := range p.LoadBalancers {
 		if lb.Kind == kindHealthCheck {
-			out = append(out, RenderLB(lb))
+			out = append(out, renderLB(lb))
 		}
 	}
 	return out

@@ -146,7 +146,7 @@ func TestSourceVIPEndpointCreated(t *testing.T) {
 			got = ep
 		}
 	}
-	want := Endpoint{ID: got.ID, Name: SourceVIPEndpointName, IP: ip("10.244.1.2"), MAC: hostMAC}
+	want := Endpoint{ID: got.ID, Name: sourceVIPEndpointName, IP: ip("10.244.1.2"), MAC: hostMAC}
 	if got != want || len(f.LoadBalancers()) != 1 || pod == "" {
 		t.Fatalf("source VIP endpoint %+v, want %+v; load balancers %v", got, want, f.LoadBalancers())
 	}
@@ -175,7 +175,7 @@ func TestOverlayRemoteEndpoints(t *testing.T) {
 	}
 	for _, lb := range r.fake.LoadBalancers() {
 		if lb.SourceVIP != ip("192.168.0.11") || len(lb.EndpointIDs) != 1 {
-			t.Errorf("load balancer %s: source VIP %s, endpoints %v; want the node IP and one endpoint", lb.Frontend(), lb.SourceVIP, lb.EndpointIDs)
+			t.Errorf("load balancer %s: source VIP %s, endpoints %v; want the node IP and one endpoint", lb.frontend(), lb.SourceVIP, lb.EndpointIDs)
 		}
 	}
 }
@@ -274,7 +274,7 @@ func TestAdoptAfterHNSRestart(t *testing.T) {
 	d, _ := r.ledger.Load()
 	for _, lb := range r.fake.LoadBalancers() {
 		if _, ok := d.LoadBalancers[lb.ID]; !ok {
-			t.Fatalf("restored load balancer %s (%s) not adopted: %+v", lb.ID, lb.Frontend(), d)
+			t.Fatalf("restored load balancer %s (%s) not adopted: %+v", lb.ID, lb.frontend(), d)
 		}
 	}
 }
@@ -346,7 +346,7 @@ func TestPendingDoesNotAdoptForeign(t *testing.T) {
 	p := port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)})
 	foreign := r.fake.AddForeignLoadBalancer(LoadBalancer{Protocol: ProtocolTCP, FrontendVIPs: []netip.Addr{ip("10.96.0.10")}, ExternalPort: 80, InternalPort: 8080,
 		EndpointIDs: []string{r.localIDs["10.244.1.5"]}, SourceVIP: ip("10.244.1.2")})
-	if err := r.ledger.Save(LedgerData{Pending: map[string]PendingLB{"TCP/10.96.0.10/80": {Owner: ownerOf(p.Key, core.FrontendClusterIP), Foreign: []string{foreign}}}}); err != nil {
+	if err := r.ledger.Save(ledgerData{Pending: map[string]pendingLB{"TCP/10.96.0.10/80": {lbOwner: ownerOf(p.Key, core.FrontendClusterIP), Foreign: []string{foreign}}}}); err != nil {
 		t.Fatal(err)
 	}
 	r.sync(t, state(p), full())

@@ -23,14 +23,14 @@ type IPAM interface {
 	Release(ctx context.Context, subnet netip.Prefix) error
 }
 
-// SourceVIPContainerID is the container id crossproxy's reservation is held
+// sourceVIPContainerID is the container id crossproxy's reservation is held
 // under in the IPAM plugin's store (host-local writes it next to the address),
 // so an operator reading the store sees whose address it is.
-const SourceVIPContainerID = "crossproxy-source-vip"
+const sourceVIPContainerID = "crossproxy-source-vip"
 
-// DefaultIPAMPlugin is the IPAM plugin the overlay CNIs on Windows use
+// defaultIPAMPlugin is the IPAM plugin the overlay CNIs on Windows use
 // (flannel's and Calico's VXLAN setups): host-local.
-const DefaultIPAMPlugin = "host-local"
+const defaultIPAMPlugin = "host-local"
 
 // CNIIPAM runs a CNI IPAM plugin binary (host-local) through the CNI
 // library's plugin invocation, as a container runtime would for a pod: ADD
@@ -38,7 +38,7 @@ const DefaultIPAMPlugin = "host-local"
 // reservations per network name in its data directory, so Network and DataDir
 // must be the ones the network's CNI configuration gives the pods' IPAM.
 type CNIIPAM struct {
-	// Plugin is the IPAM plugin's name (DefaultIPAMPlugin if empty).
+	// Plugin is the IPAM plugin's name (defaultIPAMPlugin if empty).
 	Plugin string
 	// BinDirs are where the plugin binaries are (CNI_PATH).
 	BinDirs []string
@@ -68,7 +68,7 @@ func (c CNIIPAM) netconf(subnet netip.Prefix) ([]byte, error) {
 
 func (c CNIIPAM) plugin() string {
 	if c.Plugin == "" {
-		return DefaultIPAMPlugin
+		return defaultIPAMPlugin
 	}
 	return c.Plugin
 }
@@ -93,7 +93,7 @@ func (c CNIIPAM) run(ctx context.Context, command string, subnet netip.Prefix, r
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// The plugin needs no network namespace; CNI requires the variable for ADD.
-	args := &invoke.Args{Command: command, ContainerID: SourceVIPContainerID, NetNS: "none", IfName: "eth0", Path: joinPaths(c.BinDirs)}
+	args := &invoke.Args{Command: command, ContainerID: sourceVIPContainerID, NetNS: "none", IfName: "eth0", Path: joinPaths(c.BinDirs)}
 	if !result {
 		if err := invoke.ExecPluginWithoutResult(ctx, path, conf, args, nil); err != nil {
 			return nil, fmt.Errorf("%s %s (network %q, subnet %s): %w", c.plugin(), command, c.Network, subnet, err)

@@ -18,8 +18,8 @@ import (
 	"github.com/crossproxy/crossproxy/core"
 )
 
-// Owner is the Service port and frontend kind a load balancer was made for.
-type Owner struct {
+// lbOwner is the Service port and frontend kind a load balancer was made for.
+type lbOwner struct {
 	Namespace string            `json:"namespace"`
 	Name      string            `json:"name"`
 	Port      string            `json:"port"`
@@ -28,26 +28,26 @@ type Owner struct {
 	Kind      core.FrontendKind `json:"kind"`
 }
 
-func ownerOf(k core.PortKey, kind core.FrontendKind) Owner {
-	return Owner{k.Service.Namespace, k.Service.Name, k.PortName, k.Protocol, k.Family, kind}
+func ownerOf(k core.PortKey, kind core.FrontendKind) lbOwner {
+	return lbOwner{k.Service.Namespace, k.Service.Name, k.PortName, k.Protocol, k.Family, kind}
 }
 
 // Key is the owner's core.PortKey.
-func (o Owner) Key() core.PortKey {
+func (o lbOwner) Key() core.PortKey {
 	return core.PortKey{Service: o.Service(), PortName: o.Port, Protocol: o.Protocol, Family: o.Family}
 }
 
 // Service is the owning Service.
-func (o Owner) Service() types.NamespacedName {
+func (o lbOwner) Service() types.NamespacedName {
 	return types.NamespacedName{Namespace: o.Namespace, Name: o.Name}
 }
 
-// LedgerData is crossproxy's record of the HNS load balancers it owns. HNS
+// ledgerData is crossproxy's record of the HNS load balancers it owns. HNS
 // load balancers carry no name or tag, so ownership lives here: crossproxy
 // only ever modifies or deletes load balancers listed in it.
-type LedgerData struct {
+type ledgerData struct {
 	// LoadBalancers maps an HNS load balancer id to its owner.
-	LoadBalancers map[string]Owner `json:"loadBalancers"`
+	LoadBalancers map[string]lbOwner `json:"loadBalancers"`
 	// Frontends maps an owned load balancer's id to its frontend, so a load
 	// balancer HNS restored under a new id (after an HNS restart) is
 	// recognised as crossproxy's.
@@ -56,17 +56,17 @@ type LedgerData struct {
 	// owner. It is written before the create call and kept when the create
 	// fails, so a load balancer HNS made just before a crash or a failed
 	// reply is recognised (adopted) by its frontend at the next full sync.
-	Pending map[string]PendingLB `json:"pending,omitempty"`
+	Pending map[string]pendingLB `json:"pending,omitempty"`
 	// Network is the HNS network of the last sync, so cleanup finds
 	// crossproxy's remote endpoints without being told the network.
 	Network string `json:"network,omitempty"`
 	// SourceVIP is the overlay source VIP crossproxy reserved through the
 	// network's IPAM plugin, so a restart reuses it and cleanup releases it.
-	SourceVIP *Reservation `json:"sourceVip,omitempty"`
+	SourceVIP *reservation `json:"sourceVip,omitempty"`
 }
 
-// Reservation is an address crossproxy holds in the IPAM plugin's store.
-type Reservation struct {
+// reservation is an address crossproxy holds in the IPAM plugin's store.
+type reservation struct {
 	Address netip.Addr   `json:"address"`
 	Subnet  netip.Prefix `json:"subnet"`
 	// Network and DataDir are where a CNIIPAM made it (host-local's network
@@ -75,26 +75,26 @@ type Reservation struct {
 	DataDir string `json:"dataDir,omitempty"`
 }
 
-// PendingLB is a load balancer create in progress (or failed).
-type PendingLB struct {
-	Owner
+// pendingLB is a load balancer create in progress (or failed).
+type pendingLB struct {
+	lbOwner
 	// Foreign are the ids of load balancers crossproxy does not own that held
 	// the frontend when the entry was written: never adopted by it.
 	Foreign []string `json:"foreign,omitempty"`
 }
 
-// Ledger stores LedgerData between runs.
+// Ledger stores ledgerData between runs.
 type Ledger interface {
-	Load() (LedgerData, error)
-	Save(LedgerData) error
+	Load() (ledgerData, error)
+	Save(ledgerData) error
 }
 
 // FileLedger keeps the ledger in a JSON file, replaced atomically on save.
 type FileLedger struct{ Path string }
 
 // Load implements Ledger; a missing file is an empty ledger.
-func (l FileLedger) Load() (LedgerData, error) {
-	var d LedgerData
+func (l FileLedger) Load() (ledgerData, error) {
+	var d ledgerData
 	b, err := os.ReadFile(l.Path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return d, nil
@@ -109,7 +109,7 @@ func (l FileLedger) Load() (LedgerData, error) {
 }
 
 // Save implements Ledger.
-func (l FileLedger) Save(d LedgerData) error {
+func (l FileLedger) Save(d ledgerData) error {
 	b, err := json.MarshalIndent(d, "", " ")
 	if err != nil {
 		return fmt.Errorf("encode ledger: %w", err)
@@ -130,32 +130,32 @@ func (l FileLedger) Save(d LedgerData) error {
 // MemoryLedger keeps the ledger in memory (tests, render).
 type MemoryLedger struct {
 	mu   sync.Mutex
-	data LedgerData
+	data ledgerData
 }
 
 // Load implements Ledger.
-func (l *MemoryLedger) Load() (LedgerData, error) {
+func (l *MemoryLedger) Load() (ledgerData, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return copyLedger(l.data), nil
 }
 
 // Save implements Ledger.
-func (l *MemoryLedger) Save(d LedgerData) error {
+func (l *MemoryLedger) Save(d ledgerData) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.data = copyLedger(d)
 	return nil
 }
 
-func copyLedger(d LedgerData) LedgerData {
-	out := LedgerData{LoadBalancers: maps.Clone(d.LoadBalancers), Frontends: maps.Clone(d.Frontends), Pending: map[string]PendingLB{}, Network: d.Network}
+func copyLedger(d ledgerData) ledgerData {
+	out := ledgerData{LoadBalancers: maps.Clone(d.LoadBalancers), Frontends: maps.Clone(d.Frontends), Pending: map[string]pendingLB{}, Network: d.Network}
 	if d.SourceVIP != nil {
 		r := *d.SourceVIP
 		out.SourceVIP = &r
 	}
 	if out.LoadBalancers == nil {
-		out.LoadBalancers = map[string]Owner{}
+		out.LoadBalancers = map[string]lbOwner{}
 	}
 	if out.Frontends == nil {
 		out.Frontends = map[string]string{}
@@ -168,8 +168,8 @@ func copyLedger(d LedgerData) LedgerData {
 }
 
 // equalLedgers reports whether two ledgers hold the same records.
-func equalLedgers(a, b LedgerData) bool {
+func equalLedgers(a, b ledgerData) bool {
 	sameVIP := (a.SourceVIP == nil) == (b.SourceVIP == nil) && (a.SourceVIP == nil || *a.SourceVIP == *b.SourceVIP)
 	return sameVIP && a.Network == b.Network && maps.Equal(a.LoadBalancers, b.LoadBalancers) && maps.Equal(a.Frontends, b.Frontends) &&
-		maps.EqualFunc(a.Pending, b.Pending, func(x, y PendingLB) bool { return x.Owner == y.Owner && slices.Equal(x.Foreign, y.Foreign) })
+		maps.EqualFunc(a.Pending, b.Pending, func(x, y pendingLB) bool { return x.lbOwner == y.lbOwner && slices.Equal(x.Foreign, y.Foreign) })
 }

@@ -55,9 +55,9 @@ type PlanOptions struct {
 // Programmed reports them as notes, not as frontends.
 const kindHealthCheck core.FrontendKind = "HealthCheckVIP"
 
-// PlannedLB is one load balancer the NodeState needs, with its endpoints as
+// plannedLB is one load balancer the NodeState needs, with its endpoints as
 // addresses (the applier resolves them to HNS endpoint ids).
-type PlannedLB struct {
+type plannedLB struct {
 	Owner core.PortKey
 	Kind  core.FrontendKind
 	// LB has everything but ID and EndpointIDs.
@@ -68,17 +68,17 @@ type PlannedLB struct {
 	Remote    map[netip.Addr]bool
 }
 
-// Notice is a core decision HNS cannot express for one Service.
-type Notice struct {
+// notice is a core decision HNS cannot express for one Service.
+type notice struct {
 	Service types.NamespacedName
 	Feature string
 	Detail  string
 }
 
-// Plan is the HNS state a NodeState (or part of one) needs.
-type Plan struct {
+// hnsPlan is the HNS state a NodeState (or part of one) needs.
+type hnsPlan struct {
 	// LoadBalancers sorted by owner, then frontend.
-	LoadBalancers []PlannedLB
+	LoadBalancers []plannedLB
 	// RemoteEndpoints the load balancers need, sorted by IP; on overlay
 	// networks also one per ClusterIP (host MAC, this node's provider
 	// address), as kube-proxy creates.
@@ -86,7 +86,7 @@ type Plan struct {
 	// SourceVIPEndpoint is the local endpoint the overlay source VIP needs
 	// (host MAC); nil on L2Bridge.
 	SourceVIPEndpoint *Endpoint
-	Notices           []Notice
+	Notices           []notice
 }
 
 // OverlayPrerequisites says why an overlay node cannot be programmed, as
@@ -94,7 +94,7 @@ type Plan struct {
 // HNS' remote subnet support, and the node's address (checked only with a
 // state). It is nil on L2Bridge.
 func OverlayPrerequisites(opts PlanOptions, state *core.NodeState) error {
-	if !opts.Network.IsOverlay() {
+	if !opts.Network.isOverlay() {
 		return nil
 	}
 	var missing []string
@@ -131,24 +131,24 @@ func (o PlanOptions) nodeIP(state *core.NodeState) netip.Addr {
 }
 
 // PlanState plans every port of state.
-func PlanState(state *core.NodeState, opts PlanOptions) Plan {
+func PlanState(state *core.NodeState, opts PlanOptions) hnsPlan {
 	keys := make([]core.PortKey, 0, len(state.Ports))
 	for k := range state.Ports {
 		keys = append(keys, k)
 	}
-	return PlanPorts(state, keys, opts)
+	return planPorts(state, keys, opts)
 }
 
-// PlanPorts plans only the given ports of state (a partial sync); keys absent
+// planPorts plans only the given ports of state (a partial sync); keys absent
 // from state plan to nothing, which removes their load balancers.
-func PlanPorts(state *core.NodeState, keys []core.PortKey, opts PlanOptions) Plan {
+func planPorts(state *core.NodeState, keys []core.PortKey, opts PlanOptions) hnsPlan {
 	sortKeys(keys)
 	pl := planner{opts: opts, state: state, nodeIP: opts.nodeIP(state),
 		remotes: map[netip.Addr]Endpoint{}, frontends: map[string]core.PortKey{}}
-	if opts.Network.IsOverlay() && opts.SourceVIP.IsValid() {
+	if opts.Network.isOverlay() && opts.SourceVIP.IsValid() {
 		// A local endpoint: kube-proxy gives it the host MAC and no provider
 		// address policy (HNS takes one for remote endpoints only).
-		pl.plan.SourceVIPEndpoint = &Endpoint{Name: SourceVIPEndpointName, IP: opts.SourceVIP, MAC: opts.HostMAC}
+		pl.plan.SourceVIPEndpoint = &Endpoint{Name: sourceVIPEndpointName, IP: opts.SourceVIP, MAC: opts.HostMAC}
 	}
 	for _, k := range keys {
 		if p := state.Ports[k]; p != nil {
@@ -169,12 +169,12 @@ type planner struct {
 	opts      PlanOptions
 	state     *core.NodeState
 	nodeIP    netip.Addr
-	plan      Plan
+	plan      hnsPlan
 	remotes   map[netip.Addr]Endpoint
 	frontends map[string]core.PortKey
 }
 
-func (pl *planner) notice(n Notice) {
+func (pl *planner) notice(n notice) {
 	// The families of one port share their notices.
 	if !slices.Contains(pl.plan.Notices, n) {
 		pl.plan.Notices = append(pl.plan.Notices, n)
@@ -184,11 +184,11 @@ func (pl *planner) notice(n Notice) {
 // port plans one Service port: its overlay ClusterIP remote endpoint, its
 // load balancers, and the remote endpoints they use.
 func (pl *planner) port(k core.PortKey, p *core.ServicePort) {
-	overlay := pl.opts.Network.IsOverlay()
+	overlay := pl.opts.Network.isOverlay()
 	if overlay && p.ClusterIP.IsValid() && pl.familyOK(p) {
 		// kube-proxy gives every ClusterIP a remote endpoint on overlay
 		// networks (host MAC, this node as provider address).
-		pl.remotes[p.ClusterIP] = Endpoint{Name: RemoteEndpointPrefix + p.ClusterIP.String(), IP: p.ClusterIP, Remote: true,
+		pl.remotes[p.ClusterIP] = Endpoint{Name: remoteEndpointPrefix + p.ClusterIP.String(), IP: p.ClusterIP, Remote: true,
 			MAC: pl.opts.HostMAC, ProviderAddress: pl.nodeIP}
 	}
 	lbs, notices := pl.planPort(p)
@@ -196,12 +196,12 @@ func (pl *planner) port(k core.PortKey, p *core.ServicePort) {
 		pl.notice(n)
 	}
 	for _, lb := range lbs {
-		f := lb.LB.Frontend()
+		f := lb.LB.frontend()
 		if other, dup := pl.frontends[f]; dup {
 			if lb.Kind == kindHealthCheck && other.Service == k.Service {
 				continue // the Service's other ports share the ingress IP's health-check port
 			}
-			pl.plan.Notices = append(pl.plan.Notices, Notice{k.Service, "FrontendConflict",
+			pl.plan.Notices = append(pl.plan.Notices, notice{k.Service, "FrontendConflict",
 				fmt.Sprintf("%s %s is already used by %s; HNS allows one load balancer per frontend", lb.Kind, f, other)})
 			continue
 		}
@@ -223,7 +223,7 @@ func (pl *planner) port(k core.PortKey, p *core.ServicePort) {
 // familyOK reports whether the port's family is programmed: overlay networks
 // carry one family, the node address's (kube-proxy disables dual-stack there).
 func (pl *planner) familyOK(p *core.ServicePort) bool {
-	if !pl.opts.Network.IsOverlay() {
+	if !pl.opts.Network.isOverlay() {
 		return true
 	}
 	v6 := p.Key.Family == v1.IPv6Protocol
@@ -241,12 +241,12 @@ func sortKeys(keys []core.PortKey) {
 // planPort turns one Service port into its load balancers: one per ClusterIP,
 // ExternalIP and LoadBalancer ingress frontend, one without VIP (every host
 // address) for the NodePort.
-func (pl *planner) planPort(p *core.ServicePort) ([]PlannedLB, []Notice) {
+func (pl *planner) planPort(p *core.ServicePort) ([]plannedLB, []notice) {
 	opts := pl.opts
 	svc := p.Key.Service
-	var notices []Notice
+	var notices []notice
 	note := func(feature, format string, args ...any) {
-		notices = append(notices, Notice{svc, feature, fmt.Sprintf(format, args...)})
+		notices = append(notices, notice{svc, feature, fmt.Sprintf(format, args...)})
 	}
 	var proto Protocol
 	switch p.Protocol {
@@ -298,7 +298,7 @@ func (pl *planner) planPort(p *core.ServicePort) ([]PlannedLB, []Notice) {
 	sourceVIP := pl.sourceVIP(internal, external)
 
 	base := LoadBalancer{Protocol: proto, SourceVIP: sourceVIP, Flags: LBFlags{IPv6: ipv6}, SourceIPAffinity: affinity}
-	var lbs []PlannedLB
+	var lbs []plannedLB
 	emit := func(kind core.FrontendKind, vips []netip.Addr, port uint16, eps []core.Endpoint, verdict core.Verdict, flags LBFlags) {
 		if len(eps) == 0 {
 			if verdict == core.VerdictReject {
@@ -316,7 +316,7 @@ func (pl *planner) planPort(p *core.ServicePort) ([]PlannedLB, []Notice) {
 		lb.InternalPort = internalPort
 		lb.Flags = flags
 		lb.Flags.IPv6 = ipv6
-		plb := PlannedLB{Owner: p.Key, Kind: kind, LB: lb, Remote: map[netip.Addr]bool{}}
+		plb := plannedLB{Owner: p.Key, Kind: kind, LB: lb, Remote: map[netip.Addr]bool{}}
 		for _, e := range used {
 			plb.Endpoints = append(plb.Endpoints, e.Addr)
 			if !e.Local {
@@ -353,7 +353,7 @@ func (pl *planner) planPort(p *core.ServicePort) ([]PlannedLB, []Notice) {
 // external set holds a ready endpoint: with none (no local endpoint under
 // externalTrafficPolicy Local, or only terminating ones) the probe fails and
 // the cloud takes the node out, which is what the probe is for.
-func (pl *planner) healthCheckLBs(p *core.ServicePort, base LoadBalancer, external []core.Endpoint, note func(feature, format string, args ...any)) []PlannedLB {
+func (pl *planner) healthCheckLBs(p *core.ServicePort, base LoadBalancer, external []core.Endpoint, note func(feature, format string, args ...any)) []plannedLB {
 	gw := pl.opts.HealthCheckGateway
 	if !gw.IsValid() || !slices.ContainsFunc(external, func(e core.Endpoint) bool { return e.Ready }) {
 		return nil
@@ -362,7 +362,7 @@ func (pl *planner) healthCheckLBs(p *core.ServicePort, base LoadBalancer, extern
 	if port == 0 {
 		port = pl.opts.HealthzPort
 	}
-	var out []PlannedLB
+	var out []plannedLB
 	for _, f := range p.Frontends {
 		if f.Kind != core.FrontendLoadBalancer {
 			continue
@@ -381,7 +381,7 @@ func (pl *planner) healthCheckLBs(p *core.ServicePort, base LoadBalancer, extern
 		// No DSR, no affinity: the probe is answered by the host itself.
 		lb.Flags = LBFlags{IPv6: f.Addr.Is6()}
 		lb.SourceIPAffinity = false
-		out = append(out, PlannedLB{Owner: p.Key, Kind: kindHealthCheck, LB: lb, Endpoints: []netip.Addr{gw}, Remote: map[netip.Addr]bool{}})
+		out = append(out, plannedLB{Owner: p.Key, Kind: kindHealthCheck, LB: lb, Endpoints: []netip.Addr{gw}, Remote: map[netip.Addr]bool{}})
 	}
 	return out
 }
@@ -413,7 +413,7 @@ func (pl *planner) usable(eps []core.Endpoint, note func(feature, format string,
 // configured source VIP.
 func (pl *planner) sourceVIP(sets ...[]core.Endpoint) netip.Addr {
 	nw := pl.opts.Network
-	if !nw.IsOverlay() {
+	if !nw.isOverlay() {
 		return netip.Addr{}
 	}
 	for _, eps := range sets {
@@ -435,8 +435,8 @@ func (pl *planner) sourceVIP(sets ...[]core.Endpoint) netip.Addr {
 // address outside the pod network (API server, an external backend) goes out
 // through this node, as kube-proxy. L2Bridge networks reach it directly.
 func (pl *planner) remoteEndpoint(ip netip.Addr) Endpoint {
-	ep := Endpoint{Name: RemoteEndpointPrefix + ip.String(), IP: ip, Remote: true, MAC: conjureMAC(ip)}
-	if !pl.opts.Network.IsOverlay() {
+	ep := Endpoint{Name: remoteEndpointPrefix + ip.String(), IP: ip, Remote: true, MAC: conjureMAC(ip)}
+	if !pl.opts.Network.isOverlay() {
 		return ep
 	}
 	pa, ok := pl.opts.Network.providerAddress(ip)
@@ -481,13 +481,13 @@ func targetPortGroup(eps []core.Endpoint) (uint16, []core.Endpoint, []string) {
 	return best, used, skipped
 }
 
-// RemoteEndpointPrefix begins the HNS name of every remote endpoint crossproxy
+// remoteEndpointPrefix begins the HNS name of every remote endpoint crossproxy
 // creates; it is how crossproxy recognises its own remote endpoints.
-const RemoteEndpointPrefix = "crossproxy-remote-"
+const remoteEndpointPrefix = "crossproxy-remote-"
 
-// SourceVIPEndpointName is the HNS name of the overlay source VIP endpoint
+// sourceVIPEndpointName is the HNS name of the overlay source VIP endpoint
 // crossproxy creates when the network has none.
-const SourceVIPEndpointName = "crossproxy-source-vip"
+const sourceVIPEndpointName = "crossproxy-source-vip"
 
 // conjureMAC derives a stable locally administered MAC from an address, as
 // HNS remote endpoints need one: the IPv4 bytes in order, for IPv6 the last

@@ -328,7 +328,7 @@ func TestDSRChoice(t *testing.T) {
 				want = c.cluster
 			}
 			if lb.LB.Flags.DSR != want {
-				t.Errorf("flag=%v etpLocal=%v hnsDSR=%v: %s", c.flag, c.etpLocal, c.hnsDSR, RenderLB(lb))
+				t.Errorf("flag=%v etpLocal=%v hnsDSR=%v: %s", c.flag, c.etpLocal, c.hnsDSR, renderLB(lb))
 			}
 		}
 	}
@@ -340,7 +340,7 @@ func TestPlanPortsPartial(t *testing.T) {
 	a := port("a", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)})
 	b := port("b", "10.96.0.11", []core.Endpoint{local("10.244.1.6", 8080)})
 	gone := core.PortKey{Service: b.Key.Service, PortName: "old", Protocol: v1.ProtocolTCP, Family: v1.IPv4Protocol}
-	got := Render(PlanPorts(state(a, b), []core.PortKey{b.Key, gone}, PlanOptions{Features: AllFeatures()}))
+	got := Render(planPorts(state(a, b), []core.PortKey{b.Key, gone}, PlanOptions{Features: AllFeatures()}))
 	mustEqual(t, got, `# HNS plan: 1 load balancers, 0 remote endpoints, 0 unsupported
 lb default/b:http/TCP/v4 ClusterIP 10.96.0.11:80 -> :8080 [10.244.1.6] flags=none portflags=none
 `)

@@ -21,7 +21,7 @@ type round struct {
 	b        *Backend
 	mu       sync.Mutex
 	failures []error
-	notices  []Notice
+	notices  []notice
 	// recreate are updates HNS refused with E_NOTIMPL: done as delete + create.
 	recreate []lbOp
 	// exists are creates HNS refused with ERROR_ALREADY_EXISTS.
@@ -45,7 +45,7 @@ func (r *round) fail(k *core.PortKey, err error) {
 // A frontend held by a load balancer crossproxy does not own (or by a host
 // port reservation) is not a failure to retry at once: it is returned as a
 // notice and tried again on full syncs.
-func (b *Backend) reconcile(ctx context.Context, plan Plan, scope map[core.PortKey]struct{}, full bool) ([]Notice, error) {
+func (b *Backend) reconcile(ctx context.Context, plan hnsPlan, scope map[core.PortKey]struct{}, full bool) ([]notice, error) {
 	r := &round{b: b}
 	if err := b.ensureSourceVIPEndpoint(ctx, plan); err != nil {
 		return nil, err
@@ -101,7 +101,7 @@ func (b *Backend) reconcile(ctx context.Context, plan Plan, scope map[core.PortK
 
 // ensureSourceVIPEndpoint creates the overlay source VIP's local endpoint
 // (host MAC, this node's provider address) when HNS has none.
-func (b *Backend) ensureSourceVIPEndpoint(ctx context.Context, plan Plan) error {
+func (b *Backend) ensureSourceVIPEndpoint(ctx context.Context, plan hnsPlan) error {
 	want := plan.SourceVIPEndpoint
 	if want == nil {
 		return nil
@@ -123,12 +123,12 @@ func (b *Backend) ensureSourceVIPEndpoint(ctx context.Context, plan Plan) error 
 // so their replacement is created in this sync; the ones a load balancer
 // still uses are returned: left out of this sync's load balancers, deleted
 // after them, and their ports retried.
-func (r *round) replaceStaleEndpoints(ctx context.Context, plan Plan) map[netip.Addr]Endpoint {
+func (r *round) replaceStaleEndpoints(ctx context.Context, plan hnsPlan) map[netip.Addr]Endpoint {
 	b := r.b
 	stale := map[netip.Addr]Endpoint{}
 	for _, want := range plan.RemoteEndpoints {
 		have, ok := b.byIP[want.IP]
-		if !ok || !have.Remote || !b.network.IsOverlay() || have.ProviderAddress == want.ProviderAddress {
+		if !ok || !have.Remote || !b.network.isOverlay() || have.ProviderAddress == want.ProviderAddress {
 			continue
 		}
 		if ours(have) {
@@ -166,7 +166,7 @@ func (r *round) replaceStaleEndpoints(ctx context.Context, plan Plan) map[netip.
 }
 
 // createRemoteEndpoints creates the planned remote endpoints HNS lacks.
-func (r *round) createRemoteEndpoints(ctx context.Context, plan Plan, skip map[netip.Addr]Endpoint) {
+func (r *round) createRemoteEndpoints(ctx context.Context, plan hnsPlan, skip map[netip.Addr]Endpoint) {
 	b := r.b
 	var create []Endpoint
 	for _, ep := range plan.RemoteEndpoints {
@@ -207,8 +207,8 @@ func (r *round) apply(ctx context.Context, ops []lbOp) {
 		}
 		writes = append(writes, op)
 		if op.kind == opCreate {
-			f := op.desired.Frontend()
-			b.ledger.Pending[f] = PendingLB{Owner: op.owner, Foreign: slices.Clone(b.foreign[f])}
+			f := op.desired.frontend()
+			b.ledger.Pending[f] = pendingLB{lbOwner: op.owner, Foreign: slices.Clone(b.foreign[f])}
 			pending = true
 		}
 	}
@@ -221,7 +221,7 @@ func (r *round) apply(ctx context.Context, ops []lbOp) {
 	for i, err := range parallel(ctx, b.cfg.Concurrency, deletes, func(ctx context.Context, op lbOp) error {
 		err := b.hns.DeleteLoadBalancer(ctx, op.current.ID)
 		if err != nil && !errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("delete load balancer %s (%s): %w", op.current.Frontend(), op.current.ID, err)
+			return fmt.Errorf("delete load balancer %s (%s): %w", op.current.frontend(), op.current.ID, err)
 		}
 		r.mu.Lock()
 		delete(b.owned, op.current.ID)
@@ -244,12 +244,12 @@ func (r *round) apply(ctx context.Context, ops []lbOp) {
 func (r *round) written(op lbOp, err error) {
 	b := r.b
 	k := op.owner.Key()
-	f := op.desired.Frontend()
+	f := op.desired.frontend()
 	switch {
 	case err == nil:
 	case op.kind == opCreate && errors.Is(err, ErrDuplicateFrontend):
 		delete(b.ledger.Pending, f) // HNS made nothing
-		r.notices = append(r.notices, Notice{op.owner.Service(), "FrontendInUse",
+		r.notices = append(r.notices, notice{op.owner.Service(), "FrontendInUse",
 			fmt.Sprintf("%s %s: HNS refused the port (HCN_E_PORT_ALREADY_EXISTS): a load balancer crossproxy does not own holds the frontend "+
 				"(another proxy's, or left over: remove it or run that proxy's cleanup), or the host reserved the port "+
 				"(netsh int ipv4 show excludedportrange); crossproxy takes the frontend at its next full sync once it is free", op.owner.Kind, f)})
@@ -272,7 +272,7 @@ func (r *round) write(ctx context.Context, op lbOp) error {
 	case op.kind == opCreate:
 		got, err = b.hns.CreateLoadBalancer(ctx, op.desired)
 		if err != nil {
-			return fmt.Errorf("create load balancer %s for %s: %w", op.desired.Frontend(), op.owner.Key(), err)
+			return fmt.Errorf("create load balancer %s for %s: %w", op.desired.frontend(), op.owner.Key(), err)
 		}
 	case sameLB(op.current, op.desired):
 		got = op.current // owner change only
@@ -293,12 +293,12 @@ func (r *round) write(ctx context.Context, op lbOp) error {
 				delete(b.owned, op.current.ID)
 				r.mu.Unlock()
 			}
-			return fmt.Errorf("modify load balancer %s (%s) for %s: %w", op.desired.Frontend(), op.current.ID, op.owner.Key(), err)
+			return fmt.Errorf("modify load balancer %s (%s) for %s: %w", op.desired.frontend(), op.current.ID, op.owner.Key(), err)
 		}
 	}
 	r.mu.Lock()
 	b.owned[got.ID] = ownedLB{LB: got, Owner: op.owner}
-	delete(b.ledger.Pending, got.Frontend())
+	delete(b.ledger.Pending, got.frontend())
 	r.mu.Unlock()
 	return nil
 }
@@ -323,11 +323,11 @@ func (r *round) settleExisting(ctx context.Context) {
 	byFrontend := map[string]LoadBalancer{}
 	for _, lb := range lbs {
 		if _, owned := b.owned[lb.ID]; !owned {
-			byFrontend[lb.Frontend()] = lb
+			byFrontend[lb.frontend()] = lb
 		}
 	}
 	for _, op := range r.exists {
-		f := op.desired.Frontend()
+		f := op.desired.frontend()
 		delete(b.ledger.Pending, f)
 		lb, ok := byFrontend[f]
 		if !ok || slices.Contains(b.foreign[f], lb.ID) {
@@ -346,7 +346,7 @@ func (r *round) settleExisting(ctx context.Context) {
 // collectEndpoints deletes, on full syncs, crossproxy's remote endpoints
 // that no owned load balancer uses and the plan does not need, and the
 // remote endpoints that share their address with a local one.
-func (r *round) collectEndpoints(ctx context.Context, plan Plan) {
+func (r *round) collectEndpoints(ctx context.Context, plan hnsPlan) {
 	b := r.b
 	used := map[string]bool{}
 	for _, o := range b.owned {
@@ -360,7 +360,7 @@ func (r *round) collectEndpoints(ctx context.Context, plan Plan) {
 	}
 	var stale []Endpoint
 	for _, ep := range b.byIP {
-		if ep.Remote && strings.HasPrefix(ep.Name, RemoteEndpointPrefix) && !used[strings.ToLower(ep.ID)] && !needed[ep.IP] {
+		if ep.Remote && strings.HasPrefix(ep.Name, remoteEndpointPrefix) && !used[strings.ToLower(ep.ID)] && !needed[ep.IP] {
 			stale = append(stale, ep)
 		}
 	}
@@ -395,11 +395,11 @@ func (r *round) deleteEndpoints(ctx context.Context, what string, eps []Endpoint
 
 // saveLedger writes the owned load balancers to the ledger if they changed.
 func (b *Backend) saveLedger() error {
-	next := map[string]Owner{}
+	next := map[string]lbOwner{}
 	frontends := map[string]string{}
 	for id, o := range b.owned {
 		next[id] = o.Owner
-		frontends[id] = o.LB.Frontend()
+		frontends[id] = o.LB.frontend()
 	}
 	b.ledger.LoadBalancers = next
 	b.ledger.Frontends = frontends

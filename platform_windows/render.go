@@ -9,12 +9,12 @@ import (
 // Render prints a plan as text, one object per line, for `crossproxy render
 // --platform windows` and for readable whole-plan test comparisons. Remote
 // endpoints are marked with "*".
-func Render(p Plan) string {
+func Render(p hnsPlan) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "# HNS plan: %d load balancers, %d remote endpoints, %d unsupported\n",
 		len(p.LoadBalancers), len(p.RemoteEndpoints), len(p.Notices))
 	for _, lb := range p.LoadBalancers {
-		sb.WriteString(RenderLB(lb))
+		sb.WriteString(renderLB(lb))
 		sb.WriteByte('\n')
 	}
 	if ep := p.SourceVIPEndpoint; ep != nil {
@@ -33,8 +33,8 @@ func Render(p Plan) string {
 	return sb.String()
 }
 
-// RenderLB prints one planned load balancer on one line.
-func RenderLB(p PlannedLB) string {
+// renderLB prints one planned load balancer on one line.
+func renderLB(p plannedLB) string {
 	eps := make([]string, len(p.Endpoints))
 	for i, ip := range p.Endpoints {
 		eps[i] = ip.String()
@@ -44,7 +44,7 @@ func RenderLB(p PlannedLB) string {
 	}
 	lb := p.LB
 	s := fmt.Sprintf("lb %s %s %s:%d -> :%d [%s] flags=%s portflags=%s", p.Owner, p.Kind, vipList(lb.FrontendVIPs), lb.ExternalPort, lb.InternalPort,
-		strings.Join(eps, " "), names(lb.Flags.LoadBalancerNames()), names(lb.Flags.PortMappingNames()))
+		strings.Join(eps, " "), names(lb.Flags.loadBalancerNames()), names(lb.Flags.portMappingNames()))
 	if lb.SourceIPAffinity {
 		s += " affinity=SourceIP"
 	}
@@ -74,19 +74,19 @@ func vipList(vips []netip.Addr) string {
 	return strings.Join(s, ",")
 }
 
-// PlanJSON is a plan in the form `crossproxy render --platform windows -o
+// planJSON is a plan in the form `crossproxy render --platform windows -o
 // json` prints: per load balancer its frontend, both flag sets by name, the
 // source VIP and the backends; the endpoints crossproxy creates; what HNS
 // cannot express.
-type PlanJSON struct {
-	LoadBalancers     []LoadBalancerJSON `json:"loadBalancers"`
-	SourceVIPEndpoint *EndpointJSON      `json:"sourceVIPEndpoint,omitempty"`
-	RemoteEndpoints   []EndpointJSON     `json:"remoteEndpoints"`
-	Unsupported       []NoticeJSON       `json:"unsupported"`
+type planJSON struct {
+	LoadBalancers     []loadBalancerJSON `json:"loadBalancers"`
+	SourceVIPEndpoint *endpointJSON      `json:"sourceVIPEndpoint,omitempty"`
+	RemoteEndpoints   []endpointJSON     `json:"remoteEndpoints"`
+	Unsupported       []noticeJSON       `json:"unsupported"`
 }
 
-// LoadBalancerJSON is one planned HNS load balancer.
-type LoadBalancerJSON struct {
+// loadBalancerJSON is one planned HNS load balancer.
+type loadBalancerJSON struct {
 	Service string `json:"service"`
 	Port    string `json:"port"`
 	Family  string `json:"family"`
@@ -100,17 +100,17 @@ type LoadBalancerJSON struct {
 	PortMappingFlags  []string      `json:"portMappingFlags"`
 	Distribution      string        `json:"distribution"`
 	SourceVIP         string        `json:"sourceVIP,omitempty"`
-	Backends          []BackendJSON `json:"backends"`
+	Backends          []backendJSON `json:"backends"`
 }
 
-// BackendJSON is one endpoint of a load balancer.
-type BackendJSON struct {
+// backendJSON is one endpoint of a load balancer.
+type backendJSON struct {
 	IP     string `json:"ip"`
 	Remote bool   `json:"remote"`
 }
 
-// EndpointJSON is an HNS endpoint crossproxy creates.
-type EndpointJSON struct {
+// endpointJSON is an HNS endpoint crossproxy creates.
+type endpointJSON struct {
 	Name            string `json:"name"`
 	IP              string `json:"ip"`
 	Remote          bool   `json:"remote"`
@@ -118,23 +118,23 @@ type EndpointJSON struct {
 	MAC             string `json:"mac"`
 }
 
-// NoticeJSON is a core decision HNS cannot express.
-type NoticeJSON struct {
+// noticeJSON is a core decision HNS cannot express.
+type noticeJSON struct {
 	Service string `json:"service"`
 	Feature string `json:"feature"`
 	Detail  string `json:"detail"`
 }
 
 // JSON converts a plan to its JSON form.
-func JSON(p Plan) PlanJSON {
-	out := PlanJSON{LoadBalancers: []LoadBalancerJSON{}, RemoteEndpoints: []EndpointJSON{}, Unsupported: []NoticeJSON{}}
+func JSON(p hnsPlan) planJSON {
+	out := planJSON{LoadBalancers: []loadBalancerJSON{}, RemoteEndpoints: []endpointJSON{}, Unsupported: []noticeJSON{}}
 	for _, pl := range p.LoadBalancers {
 		lb := pl.LB
-		j := LoadBalancerJSON{
+		j := loadBalancerJSON{
 			Service: pl.Owner.Service.String(), Port: pl.Owner.PortName, Family: string(pl.Owner.Family), Kind: string(pl.Kind),
 			FrontendVIPs: []string{}, Protocol: lb.Protocol.String(), ExternalPort: lb.ExternalPort, InternalPort: lb.InternalPort,
-			LoadBalancerFlags: lb.Flags.LoadBalancerNames(), PortMappingFlags: lb.Flags.PortMappingNames(), Distribution: "None",
-			Backends: []BackendJSON{},
+			LoadBalancerFlags: lb.Flags.loadBalancerNames(), PortMappingFlags: lb.Flags.portMappingNames(), Distribution: "None",
+			Backends: []backendJSON{},
 		}
 		for _, v := range lb.FrontendVIPs {
 			j.FrontendVIPs = append(j.FrontendVIPs, v.String())
@@ -146,25 +146,25 @@ func JSON(p Plan) PlanJSON {
 			j.SourceVIP = lb.SourceVIP.String()
 		}
 		for _, ip := range pl.Endpoints {
-			j.Backends = append(j.Backends, BackendJSON{IP: ip.String(), Remote: pl.Remote[ip]})
+			j.Backends = append(j.Backends, backendJSON{IP: ip.String(), Remote: pl.Remote[ip]})
 		}
 		out.LoadBalancers = append(out.LoadBalancers, j)
 	}
 	if ep := p.SourceVIPEndpoint; ep != nil {
-		e := endpointJSON(*ep)
+		e := endpointToJSON(*ep)
 		out.SourceVIPEndpoint = &e
 	}
 	for _, ep := range p.RemoteEndpoints {
-		out.RemoteEndpoints = append(out.RemoteEndpoints, endpointJSON(ep))
+		out.RemoteEndpoints = append(out.RemoteEndpoints, endpointToJSON(ep))
 	}
 	for _, n := range p.Notices {
-		out.Unsupported = append(out.Unsupported, NoticeJSON{Service: n.Service.String(), Feature: n.Feature, Detail: n.Detail})
+		out.Unsupported = append(out.Unsupported, noticeJSON{Service: n.Service.String(), Feature: n.Feature, Detail: n.Detail})
 	}
 	return out
 }
 
-func endpointJSON(ep Endpoint) EndpointJSON {
-	e := EndpointJSON{Name: ep.Name, IP: ep.IP.String(), Remote: ep.Remote, MAC: ep.MAC}
+func endpointToJSON(ep Endpoint) endpointJSON {
+	e := endpointJSON{Name: ep.Name, IP: ep.IP.String(), Remote: ep.Remote, MAC: ep.MAC}
 	if ep.ProviderAddress.IsValid() {
 		e.ProviderAddress = ep.ProviderAddress.String()
 	}

@@ -87,13 +87,13 @@ func (b *Backend) existingSourceVIPEndpoint(inPodCIDR func(netip.Addr) bool) (En
 		if ep.Remote || !inPodCIDR(ep.IP) {
 			continue
 		}
-		if ep.Name == SourceVIPEndpointName || ep.Name == calicoSourceVIPEndpoint || (b.hostMAC != "" && sameMAC(ep.MAC, b.hostMAC)) {
+		if ep.Name == sourceVIPEndpointName || ep.Name == calicoSourceVIPEndpoint || (b.hostMAC != "" && sameMAC(ep.MAC, b.hostMAC)) {
 			found = append(found, ep)
 		}
 	}
 	slices.SortFunc(found, func(x, y Endpoint) int {
-		if (x.Name == SourceVIPEndpointName) != (y.Name == SourceVIPEndpointName) {
-			if x.Name == SourceVIPEndpointName {
+		if (x.Name == sourceVIPEndpointName) != (y.Name == sourceVIPEndpointName) {
+			if x.Name == sourceVIPEndpointName {
 				return -1
 			}
 			return 1
@@ -136,7 +136,7 @@ func (b *Backend) reserveSourceVIP(ctx context.Context, state *core.NodeState, c
 	if !subnet.Contains(a) {
 		return netip.Addr{}, "", errors.Join(fmt.Errorf("%w: the IPAM plugin reserved %s, outside pod CIDR %s", ErrInvalid, a, subnet), ipam.Release(ctx, subnet))
 	}
-	r := &Reservation{Address: a, Subnet: subnet}
+	r := &reservation{Address: a, Subnet: subnet}
 	if c, ok := ipam.(CNIIPAM); ok {
 		r.Network, r.DataDir = c.Network, c.DataDir
 	}
@@ -168,7 +168,7 @@ func (b *Backend) releaseSourceVIP(ctx context.Context) error {
 // ipam is the configured IPAM; a CNIIPAM without a network name takes the
 // HNS network's, and one releasing a reservation takes the network and store
 // the reservation was made in.
-func (b *Backend) ipam(r *Reservation) IPAM {
+func (b *Backend) ipam(r *reservation) IPAM {
 	c, ok := b.cfg.IPAM.(CNIIPAM)
 	if !ok {
 		return b.cfg.IPAM

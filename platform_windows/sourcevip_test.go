@@ -179,7 +179,7 @@ func TestSourceVIPExistingEndpoint(t *testing.T) {
 				t.Fatalf("source VIP %q, %d reservations; want the existing endpoint's 10.244.1.9, none", got, ipam.reserves)
 			}
 			for _, e := range f.Endpoints() {
-				if e.Name == SourceVIPEndpointName {
+				if e.Name == sourceVIPEndpointName {
 					t.Fatalf("a second source-VIP endpoint was created: %+v", e)
 				}
 			}
@@ -233,7 +233,7 @@ func TestSourceVIPBadInput(t *testing.T) {
 			}
 			// HNS lost the source-VIP endpoint; this run is configured badly.
 			for _, e := range f.Endpoints() {
-				if e.Name == SourceVIPEndpointName {
+				if e.Name == sourceVIPEndpointName {
 					_ = f.DeleteEndpoint(ctx, e.ID)
 				}
 			}
@@ -274,7 +274,7 @@ func TestCNIIPAMHostLocal(t *testing.T) {
 		es, _ := os.ReadDir(filepath.Join(dir, "cni", "vxlan0"))
 		var out []string
 		for _, e := range es {
-			if b, err := os.ReadFile(filepath.Join(dir, "cni", "vxlan0", e.Name())); err == nil && strings.HasPrefix(string(b), SourceVIPContainerID) {
+			if b, err := os.ReadFile(filepath.Join(dir, "cni", "vxlan0", e.Name())); err == nil && strings.HasPrefix(string(b), sourceVIPContainerID) {
 				out = append(out, e.Name())
 			}
 		}

@@ -29,7 +29,7 @@ func (p Protocol) String() string {
 
 // LBFlags are the load balancer flags and the port mapping flags crossproxy
 // sets, as booleans so the planner and the fake need no HNS bit values. HNS
-// keeps them in two sets: LoadBalancerNames and PortMappingNames name them.
+// keeps them in two sets: loadBalancerNames and portMappingNames name them.
 type LBFlags struct {
 	// DSR enables direct server return (load balancer flag 1).
 	DSR bool
@@ -45,8 +45,8 @@ type LBFlags struct {
 	VipExternalIP bool
 }
 
-// LoadBalancerNames names the set load balancer flags, in bit order.
-func (f LBFlags) LoadBalancerNames() []string {
+// loadBalancerNames names the set load balancer flags, in bit order.
+func (f LBFlags) loadBalancerNames() []string {
 	s := []string{}
 	if f.DSR {
 		s = append(s, "DSR")
@@ -57,8 +57,8 @@ func (f LBFlags) LoadBalancerNames() []string {
 	return s
 }
 
-// PortMappingNames names the set port mapping flags, in bit order.
-func (f LBFlags) PortMappingNames() []string {
+// portMappingNames names the set port mapping flags, in bit order.
+func (f LBFlags) portMappingNames() []string {
 	s := []string{}
 	if f.LocalRoutedVIP {
 		s = append(s, "LocalRoutedVIP")
@@ -73,7 +73,7 @@ func (f LBFlags) PortMappingNames() []string {
 }
 
 func (f LBFlags) String() string {
-	s := append(f.LoadBalancerNames(), f.PortMappingNames()...)
+	s := append(f.loadBalancerNames(), f.portMappingNames()...)
 	if len(s) == 0 {
 		return "none"
 	}
@@ -98,11 +98,11 @@ type LoadBalancer struct {
 	SourceIPAffinity bool
 }
 
-// Frontend is the load balancer's identity as HNS checks it for duplicates:
+// frontend is the load balancer's identity as HNS checks it for duplicates:
 // protocol, external port and VIPs. A load balancer without VIPs (NodePort:
 // every host address) is "*" for IPv4 and "*6" for IPv6: the two families'
 // wildcards are different HNS objects.
-func (lb *LoadBalancer) Frontend() string {
+func (lb *LoadBalancer) frontend() string {
 	vips := make([]string, len(lb.FrontendVIPs))
 	for i, a := range lb.FrontendVIPs {
 		vips[i] = a.String()
@@ -156,10 +156,10 @@ type Network struct {
 	RemoteSubnets []RemoteSubnet
 }
 
-// IsOverlay reports whether the network is an overlay (VXLAN) network. HNS
+// isOverlay reports whether the network is an overlay (VXLAN) network. HNS
 // reports the type in varying case ("Overlay", "overlay"); kube-proxy compares
 // it case-insensitively, and so does crossproxy.
-func (nw Network) IsOverlay() bool { return strings.EqualFold(string(nw.Type), string(NetworkOverlay)) }
+func (nw Network) isOverlay() bool { return strings.EqualFold(string(nw.Type), string(NetworkOverlay)) }
 
 // providerAddress returns the provider address of the remote node that holds
 // ip: the node whose remote subnet contains it, or the node whose own
