@@ -5,7 +5,8 @@ set -euo pipefail
 # python3: node-gyp builds tree-sitter's native module.
 pkgs=(nftables conntrack iproute2 wine wine64 wixl msitools gcc-mingw-w64-x86-64-win32 lksctp-tools socat osslsigncode systemd openssl
   gcc libc6-dev g++ make python3
-  containernetworking-plugins) # host-local: platform_windows TestCNIIPAMHostLocal reserves an overlay source VIP through it
+  containernetworking-plugins # host-local: platform_windows TestCNIIPAMHostLocal reserves an overlay source VIP through it
+  prometheus) # promtool: make test-helm checks and tests the chart's alert rules
 # node and npm (TestInstallPS1Parses): the machine may have them from another
 # source than Debian's packages, whose npm would conflict with it.
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
