@@ -63,6 +63,19 @@ type Backend struct {
 	// census is nil when they could not be read.
 	gen    uint32
 	census map[string]tableCount
+	// unverified names what a full sync could not vouch for: others
+	// committed while the watcher was muted and crossproxy's tables do not
+	// hold the chains and sets it wrote. CheckDrift reports it once.
+	unverified []string
+
+	// watchMu guards watchFD, the drift watcher's socket while watching is
+	// set, which a full sync mutes (muteWatch).
+	watchMu  sync.Mutex
+	watching bool
+	watchFD  int
+	// mutedHook, when set (by tests), runs while a full sync has the
+	// watcher muted, just before its batch goes out.
+	mutedHook func()
 }
 
 // SyncStats describes the last sync, for logs and benchmarks.
@@ -229,7 +242,8 @@ func (b *Backend) syncFull(ctx context.Context, state *core.NodeState) error {
 	next := fb.newApplied()
 	w := b.encoder.writer(fb.commands())
 	recreate := b.recreate
-	planFull(fb.names(), fb.tables(next.record), existing, recreate, w)
+	written := map[string]objectCount{}
+	planFull(fb.names(), countObjects(fb.tables(next.record), written), existing, recreate, w)
 	msgs, err := w.finish()
 	if err != nil {
 		b.applied, b.recreate = nil, true
@@ -251,12 +265,22 @@ func (b *Backend) syncFull(ctx context.Context, state *core.NodeState) error {
 		return describeOp(ops[i])
 	}
 	b.lastEncode = 0
-	if err := b.send(msgs, describe); err != nil {
+	gen, genErr := b.batches.generation(b.ns)
+	unmute := b.muteWatch()
+	if b.mutedHook != nil {
+		b.mutedHook()
+	}
+	err = b.send(msgs, describe)
+	unmute()
+	if err != nil {
 		b.applied, b.recreate = nil, true
 		return fmt.Errorf("full sync of table inet %s: %w", fb.table, err)
 	}
 	b.applied, b.recreate = next, false
 	b.rememberBaseline()
+	if genErr == nil && b.census != nil && b.gen != gen+1 {
+		b.verifyMuted(written)
+	}
 	b.stats = SyncStats{Full: true, Commands: w.Len(), Build: built, Kernel: b.lastKernel, Apply: time.Since(start) - built,
 		Skipped: fb.skipped}
 	b.log.WithFields(logrus.Fields{"ports": len(fb.keys), "commands": w.Len(), "took": time.Since(start)}).Debug("full sync")

@@ -76,38 +76,124 @@ func heapInuse() uint64 {
 // the benchmark's and was allocated before).
 func BenchmarkFullSync(b *testing.B) {
 	for _, n := range benchSizes(b, 1000, 10000, 30000) {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) { benchFullSync(b, n, false) })
+	}
+}
+
+// BenchmarkFullSyncWatched is BenchmarkFullSync with the drift watcher
+// subscribed to nf_tables notifications, as in the running proxy: the kernel
+// then writes a notification for every object of the batch, and the
+// difference to BenchmarkFullSync is what following them costs.
+func BenchmarkFullSyncWatched(b *testing.B) {
+	for _, n := range benchSizes(b, 1000, 10000) {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) { benchFullSync(b, n, true) })
+	}
+}
+
+func benchFullSync(b *testing.B, n int, watched bool) {
+	ns := testNS(b)
+	be := newTestBackend(b, ns)
+	st := scaleStateN(n, 10)
+	ctx := context.Background()
+	if watched {
+		watchDrift(b, be, nil)
+	}
+	var peak, held float64
+	var cpu time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		if err := be.Cleanup(ctx); err != nil {
+			b.Fatal(err)
+		}
+		before := heapInuse()
+		resetPeakRSS()
+		b.StartTimer()
+		c0 := cpuTime()
+		if err := be.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+			b.Fatal(err)
+		}
+		cpu += cpuTime() - c0
+		peak = max(peak, peakRSSMB())
+		b.StopTimer()
+		held = float64(heapInuse()-before) / (1 << 20)
+		b.StartTimer()
+	}
+	b.ReportMetric(peak, "peak-RSS-MB")
+	b.ReportMetric(held, "held-MiB")
+	b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
+	s := be.LastSync()
+	b.ReportMetric(float64(s.Kernel.Milliseconds()), "kernel-ms")
+	b.ReportMetric(float64(s.Commands), "commands")
+}
+
+// watchDrift runs the backend's drift watcher until the benchmark ends,
+// sending what it reports to noted (dropped when noted is nil or full).
+func watchDrift(b *testing.B, be *Backend, noted chan<- string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- be.WatchDrift(ctx, func(what string) {
+			select {
+			case noted <- what:
+			default:
+			}
+		})
+	}()
+	b.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	})
+	time.Sleep(50 * time.Millisecond) // subscribed before the first batch
+}
+
+// BenchmarkForeignFlushRepair flushes the ruleset of a namespace holding n
+// Services x 10 endpoints, as a firewall reload does, and times what the
+// running proxy does about it: notice-ms from the flush's return to the
+// watcher's report, repair-ms from the flush's return to the end of the full
+// sync that restores the rules (the runner starts it at once when the last
+// sync is older than --min-sync-period).
+func BenchmarkForeignFlushRepair(b *testing.B) {
+	for _, n := range benchSizes(b, 1000, 10000) {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			ns := testNS(b)
 			be := newTestBackend(b, ns)
 			st := scaleStateN(n, 10)
 			ctx := context.Background()
-			var peak, held float64
-			var cpu time.Duration
+			noted := make(chan string, 64)
+			watchDrift(b, be, noted)
+			if err := be.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+				b.Fatal(err)
+			}
+			var notice, repair time.Duration
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				if err := be.Cleanup(ctx); err != nil {
-					b.Fatal(err)
+				time.Sleep(100 * time.Millisecond)
+				for len(noted) > 0 {
+					<-noted
 				}
-				before := heapInuse()
-				resetPeakRSS()
+				nftIn(b, ns, "flush", "ruleset")
 				b.StartTimer()
-				c0 := cpuTime()
+				start := time.Now()
+				select {
+				case <-noted:
+				case <-time.After(30 * time.Second):
+					b.Fatal("the flush was not reported within 30 s")
+				}
+				notice += time.Since(start)
+				if d, err := be.CheckDrift(ctx); err != nil || len(d) == 0 {
+					b.Fatalf("CheckDrift after a flush: %q %v", d, err)
+				}
 				if err := be.Sync(ctx, st, core.Changes{Full: true}); err != nil {
 					b.Fatal(err)
 				}
-				cpu += cpuTime() - c0
-				peak = max(peak, peakRSSMB())
-				b.StopTimer()
-				held = float64(heapInuse()-before) / (1 << 20)
-				b.StartTimer()
+				repair += time.Since(start)
 			}
-			b.ReportMetric(peak, "peak-RSS-MB")
-			b.ReportMetric(held, "held-MiB")
-			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
-			s := be.LastSync()
-			b.ReportMetric(float64(s.Kernel.Milliseconds()), "kernel-ms")
-			b.ReportMetric(float64(s.Commands), "commands")
+			b.ReportMetric(float64(notice.Microseconds())/1000/float64(b.N), "notice-ms")
+			b.ReportMetric(float64(repair.Microseconds())/1000/float64(b.N), "repair-ms")
 		})
 	}
 }

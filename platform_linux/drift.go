@@ -2,7 +2,9 @@ package nft
 
 import (
 	"fmt"
+	"iter"
 	"sort"
+	"strings"
 )
 
 // tableCount is what a census keeps of one table: how many chains, sets and
@@ -50,4 +52,54 @@ func sortedNames[A, B any](a map[string]A, b map[string]B) []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// objectCount is how many chains and named sets a table holds.
+type objectCount struct {
+	Chains, Sets int
+}
+
+// countObjects passes tables on and records each one's chains and sets in
+// counts as it goes: the full sync streams its tables, so they are counted
+// on the way through.
+func countObjects(tables iter.Seq[*tableContent], counts map[string]objectCount) iter.Seq[*tableContent] {
+	return func(yield func(*tableContent) bool) {
+		for t := range tables {
+			counts[t.Name] = objectCount{Chains: len(t.Chains), Sets: len(t.Sets)}
+			if !yield(t) {
+				return
+			}
+		}
+	}
+}
+
+// namedSets counts the sets of a listing that are not anonymous (the kernel
+// names those __set%d and deletes them with their rule).
+func namedSets(names []string) int {
+	n := 0
+	for _, s := range names {
+		if !strings.HasPrefix(s, "__set") {
+			n++
+		}
+	}
+	return n
+}
+
+// compareWritten names every table whose chains or sets differ from what a
+// full sync wrote.
+func compareWritten(written, found map[string]objectCount) []string {
+	var out []string
+	for _, n := range sortedNames(written, found) {
+		w, wrote := written[n]
+		f, has := found[n]
+		switch {
+		case !has:
+			out = append(out, fmt.Sprintf("table inet %s deleted", n))
+		case !wrote:
+			out = append(out, fmt.Sprintf("table inet %s created", n))
+		case w != f:
+			out = append(out, fmt.Sprintf("table inet %s holds %d chains and %d sets, %d and %d written", n, f.Chains, f.Sets, w.Chains, w.Sets))
+		}
+	}
+	return out
 }

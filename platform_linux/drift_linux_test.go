@@ -158,3 +158,60 @@ func TestWatchDriftReportsForeignChangesOnly(t *testing.T) {
 		t.Errorf("foreign chain flush: got %q", r)
 	}
 }
+
+// TestMutedFullSyncStillSeesForeignObjects: a full sync mutes the watcher
+// (the kernel then writes no notification for its batch); a chain another
+// tool adds to crossproxy's table meanwhile survives the sync's flush, and
+// the check after the sync names it, once; the repairing full sync deletes
+// it. A full sync nobody interferes with leaves nothing to report.
+func TestMutedFullSyncStillSeesForeignObjects(t *testing.T) {
+	ns := testNS(t)
+	b := newTestBackend(t, ns)
+	t.Cleanup(func() { _ = b.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var seen []string
+	done := make(chan error, 1)
+	go func() {
+		done <- b.WatchDrift(ctx, func(what string) { mu.Lock(); seen = append(seen, what); mu.Unlock() })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	time.Sleep(100 * time.Millisecond)
+	st := testState()
+	for i := 0; i < 2; i++ {
+		if err := b.Sync(context.Background(), st, core.Changes{Full: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d, err := b.CheckDrift(context.Background()); err != nil || d != nil {
+		t.Fatalf("undisturbed full syncs: %q %v", d, err)
+	}
+	table := b.cfg.table()
+	b.mutedHook = func() { nftIn(t, ns, "add", "chain", "inet", table, "intruder") }
+	if err := b.Sync(context.Background(), st, core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	b.mutedHook = nil
+	if !strings.Contains(nftIn(t, ns, "list", "table", "inet", table), "chain intruder") {
+		t.Fatal("the foreign chain did not survive the full sync; the test proves nothing")
+	}
+	d, err := b.CheckDrift(context.Background())
+	if err != nil || len(d) != 1 || !strings.Contains(d[0], "table inet "+table+" holds") {
+		t.Fatalf("foreign chain added during a muted full sync: got %q %v", d, err)
+	}
+	if err := b.Sync(context.Background(), st, core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(nftIn(t, ns, "list", "table", "inet", table), "chain intruder") {
+		t.Error("the repairing full sync left the foreign chain")
+	}
+	if d, err := b.CheckDrift(context.Background()); err != nil || d != nil {
+		t.Errorf("after the repair: %q %v", d, err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 0 {
+		t.Errorf("the watcher reported during muted full syncs: %q", seen)
+	}
+}

@@ -41,3 +41,18 @@ func TestDescribeForeignGroupsByTable(t *testing.T) {
 		t.Errorf("describeForeign:\n got %q\nwant %q", got, want)
 	}
 }
+
+func TestCompareWritten(t *testing.T) {
+	written := map[string]objectCount{"crossproxy": {Chains: 5, Sets: 8}, "crossproxy-0": {Chains: 30, Sets: 4}}
+	if d := compareWritten(written, map[string]objectCount{"crossproxy": {Chains: 5, Sets: 8}, "crossproxy-0": {Chains: 30, Sets: 4}}); d != nil {
+		t.Errorf("same objects: %q", d)
+	}
+	got := compareWritten(written, map[string]objectCount{"crossproxy": {Chains: 6, Sets: 8}})
+	want := []string{"table inet crossproxy holds 6 chains and 8 sets, 5 and 8 written", "table inet crossproxy-0 deleted"}
+	if !slices.Equal(got, want) {
+		t.Errorf("compareWritten:\n got %q\nwant %q", got, want)
+	}
+	if n := namedSets([]string{"cluster-ips-v4", "__set0", "__set12", "hairpin-v4"}); n != 2 {
+		t.Errorf("namedSets = %d, want 2", n)
+	}
+}
