@@ -106,28 +106,8 @@ func TestWatchDriftReportsForeignChangesOnly(t *testing.T) {
 	ns := testNS(t)
 	b := newTestBackend(t, ns)
 	t.Cleanup(func() { _ = b.Close() })
-	ctx, cancel := context.WithCancel(context.Background())
-	var mu sync.Mutex
-	var seen []string
-	done := make(chan error, 1)
-	go func() {
-		done <- b.WatchDrift(ctx, func(what string) {
-			mu.Lock()
-			seen = append(seen, what)
-			mu.Unlock()
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("WatchDrift: %v", err)
-		}
-	})
-	reports := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), seen...)
-	}
+	ctx := context.Background()
+	reports := watchReports(t, b)
 	// The watcher subscribes asynchronously: wait until a foreign change
 	// to another table is surely past it (it must not be reported either).
 	st := testState()
@@ -168,14 +148,7 @@ func TestMutedFullSyncStillSeesForeignObjects(t *testing.T) {
 	ns := testNS(t)
 	b := newTestBackend(t, ns)
 	t.Cleanup(func() { _ = b.Close() })
-	ctx, cancel := context.WithCancel(context.Background())
-	var mu sync.Mutex
-	var seen []string
-	done := make(chan error, 1)
-	go func() {
-		done <- b.WatchDrift(ctx, func(what string) { mu.Lock(); seen = append(seen, what); mu.Unlock() })
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+	reports := watchReports(t, b)
 	time.Sleep(100 * time.Millisecond)
 	st := testState()
 	for i := 0; i < 2; i++ {
@@ -209,9 +182,34 @@ func TestMutedFullSyncStillSeesForeignObjects(t *testing.T) {
 		t.Errorf("after the repair: %q %v", d, err)
 	}
 	time.Sleep(200 * time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(seen) != 0 {
-		t.Errorf("the watcher reported during muted full syncs: %q", seen)
+	if r := reports(); len(r) != 0 {
+		t.Errorf("the watcher reported during muted full syncs: %q", r)
+	}
+}
+
+// watchReports runs the backend's drift watcher until the test ends and
+// returns what it has reported so far.
+func watchReports(t *testing.T, b *Backend) func() []string {
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var seen []string
+	done := make(chan error, 1)
+	go func() {
+		done <- b.WatchDrift(ctx, func(what string) {
+			mu.Lock()
+			seen = append(seen, what)
+			mu.Unlock()
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("WatchDrift: %v", err)
+		}
+	})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), seen...)
 	}
 }
