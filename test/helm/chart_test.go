@@ -185,7 +185,7 @@ func TestDefaultsMatchDist(t *testing.T) {
 
 // TestLint: helm lint --strict with the defaults and with everything on.
 func TestLint(t *testing.T) {
-	for _, args := range [][]string{nil, {"--set", "monitoring.enabled=true,monitoring.dashboard.enabled=true,takeover.enabled=true"},
+	for _, args := range [][]string{nil, {"--set", "monitoring.enabled=true,monitoring.dashboard.enabled=true,takeover.enabled=true,ports.healthz=10356,ports.metrics=10349"},
 		{"--set", "monitoring.enabled=true,monitoring.kind=ServiceMonitor,windows.enabled=false"}} {
 		out, err := run(tool(t, "HELM"), append([]string{"lint", "--strict", chart}, args...)...)
 		if err != nil {
@@ -216,7 +216,9 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"apiServer.port=6443", "apiServer.host"},
 		{"ports.metrics=10256", "ports.healthz and ports.metrics"},
 		{"linux.enabled=false,windows.enabled=false", "install nothing"},
-		{"takeover.enabled=true,linux.enabled=false", "takeover.enabled needs linux.enabled"},
+		{"takeover.enabled=true,linux.enabled=false,ports.healthz=10356,ports.metrics=10349", "takeover.enabled needs linux.enabled"},
+		{"takeover.enabled=true", "kube-proxy holds ports 10256 (healthz) and 10249"},
+		{"takeover.enabled=true,ports.healthz=10356", "kube-proxy holds ports 10256 (healthz) and 10249"},
 	}
 	for _, c := range cases {
 		out, err := template(t, "--set", c.set)
@@ -462,4 +464,41 @@ func dashboardExprs(t *testing.T, b []byte) []string {
 		}
 	}
 	return out
+}
+
+// TestTakeoverRendered: takeover.enabled renders the hook Job and its RBAC
+// (nothing without it), the Job runs files/takeover.sh, which parses as
+// POSIX sh, and its Role may delete only kube-proxy's named DaemonSet and
+// ConfigMap.
+func TestTakeoverRendered(t *testing.T) {
+	if _, ok := objects(t, mustTemplate(t))["Job/kube-system/crossproxy-takeover"]; ok {
+		t.Fatal("takeover Job rendered without takeover.enabled")
+	}
+	out := mustTemplate(t, "--set", "takeover.enabled=true,ports.healthz=10356,ports.metrics=10349,takeover.kubeProxy.daemonSet=kp")
+	objs := objects(t, out)
+	job, ok := objs["Job/kube-system/crossproxy-takeover"]
+	if !ok {
+		t.Fatal("no takeover Job")
+	}
+	md := job["metadata"].(map[string]any)["annotations"].(map[string]any)
+	if md["helm.sh/hook"] != "post-install,post-upgrade" {
+		t.Errorf("takeover Job hook %v", md["helm.sh/hook"])
+	}
+	script := container(map[string]any{"spec": map[string]any{"template": job["spec"].(map[string]any)["template"]}})["args"].([]any)[0].(string)
+	want, err := os.ReadFile(filepath.Join(chart, "files/takeover.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(script) != strings.TrimSpace(string(want)) {
+		t.Error("the Job's script is not files/takeover.sh")
+	}
+	if out, err := run("sh", "-n", filepath.Join(chart, "files/takeover.sh")); err != nil {
+		t.Errorf("takeover.sh does not parse: %v %s", err, out)
+	}
+	role, _ := json.Marshal(objs["Role/kube-system/crossproxy-takeover"]["rules"])
+	for _, w := range []string{`"resourceNames":["kp"],"resources":["daemonsets"],"verbs":["delete"]`, `"resourceNames":["kube-proxy"],"resources":["configmaps"]`} {
+		if !strings.Contains(string(role), w) {
+			t.Errorf("takeover Role %s lacks %s", role, w)
+		}
+	}
 }
