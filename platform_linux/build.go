@@ -243,7 +243,7 @@ func newFullBuild(state *core.NodeState, cfg Config) *fullBuild {
 	if cfg.Shards <= 0 {
 		cfg.Shards = shardCount(len(state.Ports))
 	}
-	f := &fullBuild{state: state, cfg: cfg, table: cfg.table(), globals: buildGlobals(state),
+	f := &fullBuild{state: state, cfg: cfg, table: cfg.table(), globals: buildGlobals(state, cfg),
 		keys: make([]core.PortKey, 0, len(state.Ports)), shards: make([][]int32, cfg.Shards), dets: detects{}}
 	for k := range state.Ports {
 		f.keys = append(f.keys, k)
@@ -346,7 +346,7 @@ func (d detects) of(state *core.NodeState, f v1.IPFamily) *core.FamilyLocalDetec
 // dstnat+1: it only sees packets no shard translated) and the shared sets;
 // every shard dispatches its own frontends and has its own helper chains,
 // since a jump cannot leave its table.
-func buildGlobals(state *core.NodeState) *globals {
+func buildGlobals(state *core.NodeState, cfg Config) *globals {
 	g := &globals{Families: append([]v1.IPFamily(nil), state.Families...)}
 	if len(g.Families) == 0 {
 		g.Families = []v1.IPFamily{v1.IPv4Protocol}
@@ -388,9 +388,32 @@ func buildGlobals(state *core.NodeState) *globals {
 			Set{Name: hairpinSet(f), Family: f, Kind: SetAddrPairs})
 		g.ShardSets = append(g.ShardSets, Set{Name: frontendMap(f), Family: f, Kind: SetFrontends})
 	}
+	if cfg.LocalhostNodePorts && slices.Contains(g.Families, v1.IPv4Protocol) {
+		g.Chains = append(g.Chains, localnetGuard())
+	}
 	sort.Slice(g.Chains, func(i, j int) bool { return g.Chains[i].Name < g.Chains[j].Name })
 	sort.Slice(g.ShardChains, func(i, j int) bool { return g.ShardChains[i].Name < g.ShardChains[j].Name })
 	return g
+}
+
+// localnetGuard is the guard against CVE-2020-8558 that localhost NodePorts
+// need: they set route_localnet, with which the kernel routes packets for
+// 127.0.0.0/8 that arrive from other hosts instead of dropping them as
+// martians, so a service bound to the node's loopback would answer the
+// network. The chain drops such packets unless they belong to a connection
+// already established or were DNATed (a NodePort crossproxy translated), as
+// kube-proxy's iptables mode does in KUBE-FIREWALL ("block incoming localnet
+// connections"). Loopback's own traffic is left alone.
+func localnetGuard() *Chain {
+	loopback := netip.MustParsePrefix("127.0.0.0/8")
+	return &Chain{Name: chainLocalnet, Hook: &hook{"filter", "input", priorityFilter}, Rules: []Rule{{
+		matchIif{Name: "lo", Invert: true},
+		matchAddr{Family: v1.IPv4Protocol, Prefix: loopback},
+		matchAddr{Family: v1.IPv4Protocol, Source: true, Prefix: loopback, Invert: true},
+		matchNewConn{},
+		matchDNAT{Invert: true},
+		Verdict{Kind: "drop"},
+	}}}
 }
 
 // localSourceRules are rules that end in v for traffic the local-detection

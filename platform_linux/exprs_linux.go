@@ -117,8 +117,12 @@ func ruleExprs(r Rule) ([]expr.Any, error) {
 			if s.Prefix {
 				data = []byte(s.Name)
 			}
+			op := expr.CmpOpEq
+			if s.Invert {
+				op = expr.CmpOpNeq
+			}
 			out = append(out, &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: data})
+				&expr.Cmp{Op: op, Register: reg1, Data: data})
 		case matchLocalSource:
 			out = append(out, &expr.Fib{Register: reg1, FlagSADDR: true, ResultADDRTYPE: true},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: u32(unix.RTN_LOCAL)})
@@ -127,9 +131,17 @@ func ruleExprs(r Rule) ([]expr.Any, error) {
 				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: u32(s.Bit), Xor: u32(0)},
 				&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: u32(0)})
 		case matchDNAT:
+			op := expr.CmpOpNeq
+			if s.Invert {
+				op = expr.CmpOpEq
+			}
 			out = append(out, &expr.Ct{Key: expr.CtKeySTATUS, Register: reg1},
 				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: u32(ipsDstNAT), Xor: u32(0)},
-				&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: u32(0)})
+				&expr.Cmp{Op: op, Register: reg1, Data: u32(0)})
+		case matchNewConn:
+			out = append(out, &expr.Ct{Key: expr.CtKeySTATE, Register: reg1},
+				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: u32(ctStateEstablished | ctStateRelated), Xor: u32(0)},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: u32(0)})
 		case matchRandom:
 			out = append(out, &expr.Numgen{Register: reg1, Modulus: s.Mod, Type: unix.NFT_NG_RANDOM},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: u32(0)})
@@ -180,3 +192,9 @@ func ruleExprs(r Rule) ([]expr.Any, error) {
 
 // ipsDstNAT is the conntrack status bit of a destination-NATed connection.
 const ipsDstNAT = 1 << 5
+
+// ct state bits (NF_CT_STATE_BIT of IP_CT_ESTABLISHED and IP_CT_RELATED).
+const (
+	ctStateEstablished = 1 << 1
+	ctStateRelated     = 1 << 2
+)

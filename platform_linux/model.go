@@ -24,12 +24,14 @@ const (
 	chainReject       = "reject-chain"
 	chainOffClusterV4 = "masq-off-cluster-v4"
 	chainOffClusterV6 = "masq-off-cluster-v6"
+	chainLocalnet     = "filter-input-localnet"
 )
 
 // Priorities of the base chains: dstnat and srcnat, as kube-proxy uses them.
 const (
 	priorityDstNAT int32 = -100
 	prioritySrcNAT int32 = 100
+	priorityFilter int32 = 0
 )
 
 // setKind is the key (and data) type of a set, which decides how its elements
@@ -117,10 +119,12 @@ type matchHairpin struct {
 	Set    string
 }
 
-// matchIif matches the input interface name, or a prefix of it.
+// matchIif matches the input interface name, or a prefix of it (or, with
+// Invert, any other name).
 type matchIif struct {
 	Name   string
 	Prefix bool
+	Invert bool
 }
 
 // matchLocalSource matches packets whose source address is one of this host's (fib saddr type local).
@@ -129,8 +133,13 @@ type matchLocalSource struct{}
 // matchMark matches packets with the mark bit set.
 type matchMark struct{ Bit uint32 }
 
-// matchDNAT matches connections that were destination-NATed (ct status dnat).
-type matchDNAT struct{}
+// matchDNAT matches connections that were destination-NATed (ct status
+// dnat), or with Invert those that were not.
+type matchDNAT struct{ Invert bool }
+
+// matchNewConn matches packets of connections that are neither established
+// nor related to one (ct state new, invalid or untracked).
+type matchNewConn struct{}
 
 // matchRandom matches one packet in Mod, chosen at random (numgen random mod Mod == 0).
 type matchRandom struct{ Mod uint32 }
@@ -216,14 +225,24 @@ func (m matchHairpin) nft() string {
 	return fmt.Sprintf("%s saddr . %s daddr @%s", k, k, m.Set)
 }
 func (m matchIif) nft() string {
-	if m.Prefix {
-		return fmt.Sprintf("iifname %q", m.Name+"*")
+	op := ""
+	if m.Invert {
+		op = "!= "
 	}
-	return fmt.Sprintf("iifname %q", m.Name)
+	if m.Prefix {
+		return fmt.Sprintf("iifname %s%q", op, m.Name+"*")
+	}
+	return fmt.Sprintf("iifname %s%q", op, m.Name)
 }
 func (matchLocalSource) nft() string { return "fib saddr type local" }
 func (m matchMark) nft() string      { return fmt.Sprintf("meta mark & 0x%08x != 0x00000000", m.Bit) }
-func (matchDNAT) nft() string        { return "ct status dnat" }
+func (m matchDNAT) nft() string {
+	if m.Invert {
+		return "ct status & dnat == 0"
+	}
+	return "ct status dnat"
+}
+func (matchNewConn) nft() string     { return "ct state & (established | related) == 0" }
 func (m matchRandom) nft() string    { return fmt.Sprintf("numgen random mod %d 0", m.Mod) }
 func (d Dispatch) nft() string {
 	k := ipKeyword(d.Family)

@@ -91,12 +91,16 @@ func probeCommands(table string) []probeCommand {
 	for _, c := range []*Chain{prerouting, output, postrouting} {
 		add("nat chain on hook "+c.Hook.Hook, Op{Kind: OpAddChain, Chain: c})
 	}
+	localnet := localnetGuard()
+	add("filter chain on hook input", Op{Kind: OpAddChain, Chain: &Chain{Name: localnet.Name, Hook: localnet.Hook}})
+	rule0 := localnet.Rules[0]
 	chains := map[string]*Chain{}
 	for _, name := range []string{probeSvc, probeSvc6, probeExt, probeMasq, probeMark, probeReject} {
 		chains[name] = &Chain{Name: name}
 		add("regular chain", Op{Kind: OpAddChain, Chain: chains[name]})
 	}
 	rule := func(feature string, c *Chain, r ...stmt) { add(feature, Op{Kind: OpAddRule, Chain: c, Rule: r}) }
+	rule("localhost guard: iifname, address, ct state and ct status matches (CVE-2020-8558)", localnet, rule0...)
 	pod4, pod6 := netip.MustParseAddrPort("192.0.2.10:8080"), netip.MustParseAddrPort("[2001:db8::10]:8080")
 	cluster4, cluster6 := netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:244::/64")
 	for _, c := range []*Chain{prerouting, output} {

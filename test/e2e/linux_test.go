@@ -182,6 +182,40 @@ func TestLinuxDataPlane(t *testing.T) {
 		}
 	})
 
+	// throughLoopback routes the outside client's packets for 127.0.0.1 to
+	// the node, as an attacker on the node's network would (CVE-2020-8558:
+	// route_localnet, which localhost NodePorts need, lets the node accept
+	// them), with a server bound to every address of the node, loopback too.
+	l.startEcho("node")
+	throughLoopback := func(t *testing.T) (reply, error) {
+		t.Helper()
+		run(t, "ip", "netns", "exec", ext, "sysctl", "-qw", "net.ipv4.conf.all.route_localnet=1")
+		run(t, "ip", "-n", ext, "route", "del", "local", "127.0.0.1", "dev", "lo", "table", "local")
+		run(t, "ip", "-n", ext, "route", "del", "local", "127.0.0.0/8", "dev", "lo", "table", "local")
+		run(t, "ip", "-n", ext, "route", "add", "127.0.0.1/32", "via", nodeV4)
+		defer func() {
+			run(t, "ip", "-n", ext, "route", "del", "127.0.0.1/32", "via", nodeV4)
+			run(t, "ip", "-n", ext, "route", "add", "local", "127.0.0.0/8", "dev", "lo", "table", "local")
+			run(t, "ip", "-n", ext, "route", "add", "local", "127.0.0.1", "dev", "lo", "table", "local")
+			run(t, "ip", "netns", "exec", ext, "sysctl", "-qw", "net.ipv4.conf.all.route_localnet=0")
+		}()
+		return tcp(ext, "", hostPort("127.0.0.1", echoPort), time.Second)
+	}
+
+	t.Run("LoopbackUnreachableFromOutside", func(t *testing.T) {
+		if r, err := tcp(ext, "", hostPort(nodeV4, echoPort), 2*time.Second); err != nil || r.Backend != "node" {
+			t.Fatalf("the node's server on its own address: %+v %v", r, err)
+		}
+		if r, err := throughLoopback(t); err == nil {
+			t.Errorf("another host reached a server on the node's 127.0.0.1: %+v", r)
+		} else if !isTimeout(err) {
+			t.Errorf("want the packets dropped (a timeout), got %v", err)
+		}
+		if !strings.Contains(l.nft(), `iifname != "lo" ip daddr 127.0.0.0/8 ip saddr != 127.0.0.0/8 ct state ! established,related ct status ! dnat drop`) {
+			t.Errorf("no localhost guard in the ruleset:\n%s", l.nft())
+		}
+	})
+
 	t.Run("NodePortOnlyOnSelectedAddresses", func(t *testing.T) {
 		// The bridge address is not in --nodeport-addresses: nothing answers there.
 		if r, err := tcp(c1, "", hostPort(bridgeV4, 30080), time.Second); err == nil {
@@ -438,6 +472,12 @@ func TestLinuxDataPlane(t *testing.T) {
 	t.Run("Cleanup", func(t *testing.T) {
 		_ = l.proxy.Process.Signal(syscallSIGINT)
 		time.Sleep(300 * time.Millisecond)
+		// The guard is what kept 127.0.0.1 closed: without it (and the
+		// proxy that would restore it) the outside client gets in.
+		run(t, "ip", "netns", "exec", l.ns("node"), "nft", "delete", "chain", "inet", "crossproxy", "filter-input-localnet")
+		if r, err := throughLoopback(t); err != nil || r.Backend != "node" {
+			t.Errorf("without the guard the outside client should reach 127.0.0.1 (route_localnet is on): %+v %v", r, err)
+		}
 		run(t, l.bin, "cleanup", "--netns", "/run/netns/"+l.ns("node"))
 		out, err := exec.Command("ip", "netns", "exec", l.ns("node"), "nft", "list", "ruleset").CombinedOutput()
 		if err != nil || strings.TrimSpace(string(out)) != "" {
