@@ -7,7 +7,9 @@ package platform
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -68,6 +70,29 @@ type DriftWatcher interface {
 	// Changes the backend makes itself are never reported. It returns an
 	// error only when it cannot watch at all.
 	WatchDrift(ctx context.Context, changed func(what string)) error
+}
+
+// OtherProxyDetector is a Backend that can tell whether another Service
+// proxy programs this node beside it: kube-proxy brought back by `kubeadm
+// upgrade` after a migration, say. Two proxies translate the same Service
+// addresses with different endpoint choices and masquerade rules, and
+// neither notices on its own. The Runner asks at start and every SyncPeriod.
+type OtherProxyDetector interface {
+	// OtherProxies lists every other proxy found, with what gave it away;
+	// nil when there is none.
+	OtherProxies(ctx context.Context) ([]OtherProxy, error)
+}
+
+// OtherProxy is another Service proxy found programming this node.
+type OtherProxy struct {
+	// Name is the proxy ("kube-proxy"); metrics label it so.
+	Name string
+	// Evidence names what was found ("nftables table ip kube-proxy").
+	Evidence []string
+}
+
+func (o OtherProxy) String() string {
+	return fmt.Sprintf("%s (%s)", o.Name, strings.Join(o.Evidence, ", "))
 }
 
 // ProgrammedService is what a data plane really holds for one Service.

@@ -40,6 +40,10 @@ type SyncResult struct {
 	// the backend's DriftWatcher or DriftChecker) that made this sync a
 	// full one; nil for an ordinary sync.
 	Repair []string
+	// OtherProxies are the other Service proxies the backend last found on
+	// this node (OtherProxyDetector), carried in every result so observers
+	// keep a gauge; nil when there are none or the backend cannot tell.
+	OtherProxies []OtherProxy
 }
 
 // RunnerConfig tunes a Runner. Zero values take kube-proxy's defaults.
@@ -105,6 +109,10 @@ type Runner struct {
 	driftMu   sync.Mutex
 	drift     []string
 	driftMore int
+
+	// others are the other proxies found at othersAt (Runner goroutine only).
+	others   []OtherProxy
+	othersAt time.Time
 }
 
 // maxDrift bounds the descriptions of outside changes a sync keeps: a storm
@@ -286,7 +294,9 @@ func (r *Runner) syncOnce(ctx context.Context, carry core.Changes) SyncResult {
 		// counted in their duration.
 		r.release()
 	}
-	res := SyncResult{ID: r.syncID.Add(1), Full: changes.Full, Start: r.now(), State: state, Changes: changes, Repair: repair}
+	r.checkOtherProxies(ctx)
+	res := SyncResult{ID: r.syncID.Add(1), Full: changes.Full, Start: r.now(), State: state, Changes: changes, Repair: repair,
+		OtherProxies: r.others}
 	log := r.log.WithFields(logrus.Fields{"sync": res.ID, "full": res.Full, "ports": len(changes.Ports)})
 	if len(repair) > 0 {
 		log.WithField("changed", strings.Join(repair, "; ")).Warn("rules changed from outside; repairing them with a full sync")
@@ -349,6 +359,42 @@ func (r *Runner) checkDrift(ctx context.Context) []string {
 		r.source.ForceFull()
 	}
 	return found
+}
+
+// checkOtherProxies asks the backend for other Service proxies on the node
+// at the first sync and then once per SyncPeriod, and logs when one appears
+// or goes: once each, not at every check.
+func (r *Runner) checkOtherProxies(ctx context.Context) {
+	d, ok := r.backend.(OtherProxyDetector)
+	now := r.now()
+	if !ok || (!r.othersAt.IsZero() && now.Sub(r.othersAt) < r.cfg.SyncPeriod) {
+		return
+	}
+	found, err := d.OtherProxies(ctx)
+	if err != nil {
+		// Keep what was known: a failed look proves nothing either way.
+		r.log.WithError(err).Debug("look for other Service proxies on this node")
+		return
+	}
+	r.othersAt = now
+	was := map[string]bool{}
+	for _, o := range r.others {
+		was[o.Name] = true
+	}
+	is := map[string]bool{}
+	for _, o := range found {
+		is[o.Name] = true
+		if !was[o.Name] {
+			r.log.WithFields(logrus.Fields{"proxy": o.Name, "found": strings.Join(o.Evidence, ", ")}).Warn(
+				"another Service proxy programs this node: both translate the same Service addresses, each its own way; stop it (see the migration section of the installer README)")
+		}
+	}
+	for _, o := range r.others {
+		if !is[o.Name] {
+			r.log.WithField("proxy", o.Name).Info("the other Service proxy is gone from this node")
+		}
+	}
+	r.others = found
 }
 
 func (r *Runner) notifyQueued(at time.Time) {

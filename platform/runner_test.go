@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	logrustest "github.com/sirupsen/logrus/hooks/test"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -506,5 +507,74 @@ func TestRunnerRepairsDriftWithAFullSync(t *testing.T) {
 	b.mu.Unlock()
 	if s, _ := b.snapshot(); checks < len(s)-1 {
 		t.Errorf("CheckDrift ran %d times for %d syncs, want before every sync but the first", checks, len(s))
+	}
+}
+
+// otherProxyBackend reports the other proxies of its field found.
+type otherProxyBackend struct {
+	fakeBackend
+	found []OtherProxy
+	err   error
+	looks int
+}
+
+func (b *otherProxyBackend) OtherProxies(context.Context) ([]OtherProxy, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.looks++
+	return b.found, b.err
+}
+
+// TestRunnerReportsOtherProxies: the runner looks for other proxies at the
+// first sync and then once per SyncPeriod, carries what it found in every
+// result (so a gauge can drop back to 0), keeps what it knew when a look
+// fails, and logs an appearance and a departure once each.
+func TestRunnerReportsOtherProxies(t *testing.T) {
+	b := &otherProxyBackend{found: []OtherProxy{{Name: "kube-proxy", Evidence: []string{"nftables table ip kube-proxy"}}}}
+	log, hook := logrustest.NewNullLogger()
+	r := NewRunner(RunnerConfig{MinSyncPeriod: time.Millisecond, SyncPeriod: 30 * time.Second}, &fakeSource{}, b, log)
+	r.release = func() {}
+	now := time.Unix(1000, 0)
+	r.now = func() time.Time { return now }
+	ctx := context.Background()
+	syncAt := func(want int) {
+		t.Helper()
+		res := r.syncOnce(ctx, core.Changes{})
+		if len(res.OtherProxies) != want {
+			t.Fatalf("at %v: %d other proxies in the result, want %d: %v", now, len(res.OtherProxies), want, res.OtherProxies)
+		}
+	}
+	warnings := func() int {
+		n := 0
+		for _, e := range hook.AllEntries() {
+			if e.Level == logrus.WarnLevel && strings.Contains(e.Message, "another Service proxy") {
+				n++
+			}
+		}
+		return n
+	}
+	syncAt(1)
+	now = now.Add(time.Second)
+	syncAt(1)
+	if b.looks != 1 || warnings() != 1 {
+		t.Fatalf("two syncs within SyncPeriod: %d looks, %d warnings; want 1 and 1", b.looks, warnings())
+	}
+	now = now.Add(30 * time.Second)
+	syncAt(1)
+	if b.looks != 2 || warnings() != 1 {
+		t.Fatalf("a SyncPeriod later: %d looks, %d warnings; want 2 and still 1", b.looks, warnings())
+	}
+	b.found, b.err = nil, errors.New("netlink: EPERM")
+	now = now.Add(30 * time.Second)
+	syncAt(1) // a failed look keeps what was known
+	b.err = nil
+	now = now.Add(30 * time.Second)
+	syncAt(0)
+	gone := false
+	for _, e := range hook.AllEntries() {
+		gone = gone || strings.Contains(e.Message, "other Service proxy is gone")
+	}
+	if !gone {
+		t.Error("the departure of the other proxy was not logged")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/platform"
 )
 
 // TestCheckDriftSeesForeignChanges: nothing after crossproxy's own full and
@@ -211,5 +212,46 @@ func watchReports(t *testing.T, b *Backend) func() []string {
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]string(nil), seen...)
+	}
+}
+
+// TestOtherProxiesFindsKubeProxy: nothing in an empty namespace or beside
+// crossproxy's own tables and an unrelated nat table; kube-proxy's nftables
+// tables and its iptables-nft KUBE-SERVICES chain each named; nothing once
+// they are gone.
+func TestOtherProxiesFindsKubeProxy(t *testing.T) {
+	ns := testNS(t)
+	b := newTestBackend(t, ns)
+	t.Cleanup(func() { _ = b.Close() })
+	ctx := context.Background()
+	look := func() []platform.OtherProxy {
+		t.Helper()
+		o, err := b.OtherProxies(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	if err := b.Sync(ctx, testState(), core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	nftIn(t, ns, "add", "table", "ip", "nat")
+	nftIn(t, ns, "add", "chain", "ip", "nat", "POSTROUTING", "{ type nat hook postrouting priority 100; }")
+	if o := look(); o != nil {
+		t.Fatalf("no other proxy yet, got %v", o)
+	}
+	nftIn(t, ns, "add", "table", "ip", "kube-proxy")
+	nftIn(t, ns, "add", "table", "ip6", "kube-proxy")
+	nftIn(t, ns, "add", "chain", "ip", "nat", "KUBE-SERVICES")
+	o := look()
+	want := "kube-proxy (nftables table ip kube-proxy, nftables table ip6 kube-proxy, iptables chain KUBE-SERVICES in table nat)"
+	if len(o) != 1 || o[0].String() != want {
+		t.Fatalf("got %v, want [%s]", o, want)
+	}
+	nftIn(t, ns, "delete", "table", "ip", "kube-proxy")
+	nftIn(t, ns, "delete", "table", "ip6", "kube-proxy")
+	nftIn(t, ns, "delete", "chain", "ip", "nat", "KUBE-SERVICES")
+	if o := look(); o != nil {
+		t.Fatalf("kube-proxy gone, got %v", o)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,8 +39,12 @@ type Metrics struct {
 	SyncFailures        *prometheus.CounterVec
 	Problems            *prometheus.GaugeVec
 	Repairs             *prometheus.CounterVec
+	OtherProxies        *prometheus.GaugeVec
 
 	now func() time.Time
+	// otherNames are the other proxies ever reported, whose gauge drops to
+	// 0 when they go.
+	otherNames []string
 }
 
 // syncBuckets are kube-proxy's buckets for the sync duration histograms
@@ -101,9 +106,13 @@ func New() *Metrics {
 		Name: "crossproxy_drift_repairs_total",
 		Help: "Data plane objects found changed or missing behind crossproxy's back and put back, by object kind"}, []string{"object"})
 
+	m.OtherProxies = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "crossproxy_other_proxy_detected",
+		Help: "1 while another Service proxy (kube-proxy's tables or chains) programs this node beside crossproxy, 0 once it is gone, by proxy"}, []string{"proxy"})
+
 	m.Registry.MustRegister(m.SyncDuration, m.SyncFullDuration, m.SyncPartialDuration, m.NetworkProgramming,
 		m.LastSync, m.LastQueued, m.ServiceChanges, m.EndpointChanges, m.NoLocalEndpoints,
-		m.Programmed, m.SyncFailures, m.Problems, m.Repairs,
+		m.Programmed, m.SyncFailures, m.Problems, m.Repairs, m.OtherProxies,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, p := range []string{"internal", "external"} {
 		m.NoLocalEndpoints.WithLabelValues(p)
@@ -144,6 +153,7 @@ func (m *Metrics) ObserveSync(res platform.SyncResult) {
 			m.Problems.WithLabelValues(k).Set(float64(n))
 		}
 	}
+	m.observeOthers(res.OtherProxies)
 	if res.Err != nil {
 		m.SyncFailures.WithLabelValues(FailureReason(res.Err)).Inc()
 		return
@@ -169,6 +179,26 @@ func (m *Metrics) ObserveSync(res platform.SyncResult) {
 	}
 	if res.State != nil {
 		m.observeState(res.State)
+	}
+}
+
+// observeOthers sets the gauge of each other proxy found to 1 and of each one
+// seen before and gone to 0, so an alert on it resolves.
+func (m *Metrics) observeOthers(found []platform.OtherProxy) {
+	is := map[string]bool{}
+	for _, o := range found {
+		is[o.Name] = true
+	}
+	for _, name := range m.otherNames {
+		if !is[name] {
+			m.OtherProxies.WithLabelValues(name).Set(0)
+		}
+	}
+	for _, o := range found {
+		m.OtherProxies.WithLabelValues(o.Name).Set(1)
+		if !slices.Contains(m.otherNames, o.Name) {
+			m.otherNames = append(m.otherNames, o.Name)
+		}
 	}
 }
 

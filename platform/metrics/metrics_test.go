@@ -172,3 +172,18 @@ func TestRepairSyncCountsOnce(t *testing.T) {
 		t.Errorf("repairs ruleset = %v, want 1", got)
 	}
 }
+
+// TestOtherProxyGauge: 1 while another proxy is reported, 0 once it is gone.
+func TestOtherProxyGauge(t *testing.T) {
+	m := New()
+	kp := []platform.OtherProxy{{Name: "kube-proxy", Evidence: []string{"nftables table ip kube-proxy"}}}
+	m.ObserveSync(platform.SyncResult{ID: 1, Duration: time.Millisecond, OtherProxies: kp})
+	if got := value(t, m.OtherProxies.WithLabelValues("kube-proxy")); got != 1 {
+		t.Errorf("while kube-proxy is there: %v, want 1", got)
+	}
+	m.ObserveSync(platform.SyncResult{ID: 2, Err: errors.New("EBUSY"), OtherProxies: kp})
+	m.ObserveSync(platform.SyncResult{ID: 3, Duration: time.Millisecond})
+	if got := value(t, m.OtherProxies.WithLabelValues("kube-proxy")); got != 0 {
+		t.Errorf("after kube-proxy is gone: %v, want 0", got)
+	}
+}
