@@ -24,3 +24,14 @@ BENCH_SUITES += bench-k8s
 bench-k8s: apiserver
 	$(GO) test -tags integration -count=1 -run '^$$' -bench 'InformerPath|NetworkProgramming' -benchtime 1x -timeout 30m ./test/integration/
 	XPK_MIN_SYNC=10ms $(GO) test -tags integration -count=1 -run '^$$' -bench NetworkProgramming -benchtime 1x -timeout 30m ./test/integration/
+
+BENCH_SUITES += bench-repair
+.PHONY: bench-repair
+
+# bench-repair: how long crossproxy and kube-proxy v1.37.2 (nftables) take to
+# make a ClusterIP and a NodePort answer again after `nft flush ruleset` and
+# after their table is deleted, with XPS_SERVICES Services (default 10,000)
+# through the real apiserver; XPS_REPAIR_CAP (seconds, default 300) ends the
+# wait. Results: test/results/linux.md.
+bench-repair: apiserver cluster-bin
+	$(GO) test -tags integration -count=1 -run '^$$' -bench 'RepairAfterForeignChange' -benchtime 1x -timeout 60m ./test/integration/
