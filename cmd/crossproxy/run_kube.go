@@ -225,6 +225,13 @@ func (rk *runKube) observe(ctx context.Context, wg *sync.WaitGroup, runner *plat
 	})
 	runner.OnSync(func(res platform.SyncResult) {
 		rk.metrics.ObserveSync(res)
+		if rk.events != nil {
+			others := map[string]string{}
+			for _, o := range res.OtherProxies {
+				others[o.Name] = strings.Join(o.Evidence, ", ")
+			}
+			rk.events.OtherProxies(others)
+		}
 		if res.Err != nil {
 			return
 		}

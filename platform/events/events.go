@@ -28,6 +28,8 @@ const (
 	ReasonInvalid = "CrossproxyInvalidField"
 	// ReasonUnsupported marks a feature this node's data plane cannot express.
 	ReasonUnsupported = "CrossproxyUnsupported"
+	// ReasonOtherProxy marks another Service proxy found on the node.
+	ReasonOtherProxy = "CrossproxyOtherProxy"
 )
 
 // Recorder turns problems into Events. It satisfies the Windows backend's
@@ -100,6 +102,34 @@ func (r *Recorder) Unsupported(svc types.NamespacedName, feature, detail string)
 		msg += ": " + detail
 	}
 	r.rec.Event(r.ref(svc), v1.EventTypeWarning, ReasonUnsupported, msg)
+}
+
+// OtherProxies reports, as a Warning on this node's Node object, each other
+// Service proxy found programming the node (name and what gave it away),
+// once while it stays; one that goes and comes back is reported again.
+// `kubectl describe node` shows it.
+func (r *Recorder) OtherProxies(found map[string]string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key := range r.reported {
+		if key[0] == 'o' {
+			if _, ok := found[key[2:]]; !ok {
+				delete(r.reported, key)
+			}
+		}
+	}
+	for name, evidence := range found {
+		key := "o\x00" + name
+		if _, done := r.reported[key]; done {
+			continue
+		}
+		r.reported[key] = struct{}{}
+		msg := fmt.Sprintf("another Service proxy programs node %s beside crossproxy: %s (%s); both translate the same Service addresses, each its own way: stop it", r.node, name, evidence)
+		// kubectl describe node finds a Node's events by a UID equal to its
+		// name, as the kubelet writes them.
+		ref := &v1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: r.node, UID: types.UID(r.node)}
+		r.rec.Event(ref, v1.EventTypeWarning, ReasonOtherProxy, msg)
+	}
 }
 
 // Shutdown flushes and stops the event pipeline.

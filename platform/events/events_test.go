@@ -54,3 +54,25 @@ func TestUnsupported(t *testing.T) {
 		t.Fatalf("events %q", got)
 	}
 }
+
+func TestOtherProxiesReportedOncePerAppearance(t *testing.T) {
+	fake := record.NewFakeRecorder(10)
+	fake.IncludeObject = true
+	r := newWithRecorder(fake, nil, "node-a")
+	kp := map[string]string{"kube-proxy": "nftables table ip kube-proxy"}
+	r.OtherProxies(kp)
+	got := drain(fake.Events)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning "+ReasonOtherProxy+" another Service proxy programs node node-a beside crossproxy: kube-proxy (nftables table ip kube-proxy)") ||
+		!strings.Contains(got[0], "kind=Node") {
+		t.Fatalf("first report: %q", got)
+	}
+	r.OtherProxies(kp)
+	if got := drain(fake.Events); len(got) != 0 {
+		t.Fatalf("reported again while it stays: %q", got)
+	}
+	r.OtherProxies(nil)
+	r.OtherProxies(kp)
+	if got := drain(fake.Events); len(got) != 1 {
+		t.Fatalf("back after it went: %q", got)
+	}
+}
