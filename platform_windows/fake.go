@@ -17,7 +17,8 @@ import (
 // balancer uses) and reads load balancers back normalised as HNS does (its
 // own endpoint order, upper-case ids), not echoed. It is untagged so the
 // planner, differ, applier and Backend tests run on any OS and under Wine, and
-// `crossproxy service run --fake-hns-network` programs it. The test helpers
+// `crossproxy service run --fake-hns-network` programs it in a test build
+// (-tags fakehns; the release binary does not link it). The test helpers
 // that count calls and inject HNS' failures live in the package's tests.
 type Fake struct {
 	mu       sync.Mutex

@@ -18,22 +18,18 @@ import (
 	hns "github.com/crossproxy/crossproxy/platform_windows"
 )
 
-// hnsOverride, when set (by `crossproxy service run --fake-hns-network`),
-// replaces the real HNS with another implementation: the Wine service test
-// runs the real sync loop against the in-memory fake this way.
-var hnsOverride hns.HNS
+// ledgerFile is the file, in dataDir, where the HNS backend records the load
+// balancers it owns.
+const ledgerFile = "hns-owned.json"
 
-// ledgerName is the ledger's file name; the fake uses its own so a test run
-// never leaves entries a real run would read.
-var ledgerName = "hns-owned.json"
-
-// ledgerPath is where the HNS backend records the load balancers it owns.
-func ledgerPath() string {
+// dataDir is crossproxy's directory under %ProgramData% (the ledger, the
+// service's log).
+func dataDir() string {
 	dir := os.Getenv("ProgramData")
 	if dir == "" {
 		dir = `C:\ProgramData`
 	}
-	return filepath.Join(dir, "crossproxy", ledgerName)
+	return filepath.Join(dir, "crossproxy")
 }
 
 // newBackend returns the HNS backend for this node. Without --network-name it
@@ -43,7 +39,8 @@ func newBackend(cfg platform.BackendConfig, log logrus.FieldLogger) (platform.Ba
 	if cfg.NetworkName == "" {
 		cfg.NetworkName = os.Getenv("KUBE_NETWORK")
 	}
-	c := hns.Config{NetworkName: cfg.NetworkName, EnableDSR: cfg.EnableDSR, Ledger: hns.FileLedger{Path: ledgerPath()}, Notifier: cfg.Notifier,
+	h, ledger := nodeHNS()
+	c := hns.Config{NetworkName: cfg.NetworkName, EnableDSR: cfg.EnableDSR, Ledger: hns.FileLedger{Path: filepath.Join(dataDir(), ledger)}, Notifier: cfg.Notifier,
 		ForwardHealthCheckVIP: cfg.ForwardHealthCheckVIP, RootEndpointName: cfg.RootHNSEndpointName, HealthzPort: cfg.HealthzPort,
 		Repairs: cfg.Repairs, DriftCheckPeriod: cfg.DriftCheckPeriod, SourceVIPOrigin: cfg.SourceVIPOrigin}
 	// An overlay node without a source VIP reserves one from its pod CIDR
@@ -61,10 +58,6 @@ func newBackend(cfg platform.BackendConfig, log logrus.FieldLogger) (platform.Ba
 		c.SourceVIP = a
 	}
 	c.HostMAC = hostMAC
-	var h hns.HNS = hns.HCN{}
-	if hnsOverride != nil {
-		h = hnsOverride
-	}
 	b, err := hns.New(h, c, log.WithField("backend", "hns"))
 	if err != nil {
 		return nil, err

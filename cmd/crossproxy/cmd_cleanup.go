@@ -9,8 +9,6 @@ import (
 	"github.com/crossproxy/crossproxy/platform/logging"
 )
 
-func init() { addCommand(newCleanupCommand) }
-
 func newCleanupCommand() *cobra.Command {
 	var cfg platform.BackendConfig
 	cmd := &cobra.Command{

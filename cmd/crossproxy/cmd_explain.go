@@ -28,8 +28,6 @@ import (
 	"github.com/crossproxy/crossproxy/platform/manifest"
 )
 
-func init() { addCommand(newExplainCommand) }
-
 // explainOptions is everything `crossproxy explain` is configured with.
 type explainOptions struct {
 	nodeName    string

@@ -7,12 +7,9 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/crossproxy/crossproxy/core"
 )
-
-func init() { addCommand(newRenderCommand) }
 
 // linuxRenderOptions are the nftables settings beyond the NodeState (table
 // name, localhost NodePorts) that the render flags set for the linux renderer.
@@ -22,21 +19,16 @@ var linuxRenderOptions struct {
 }
 
 // renderers maps a platform name to a function that prints the rules that
-// platform would program for a NodeState. Each platform registers itself from
-// an untagged file (render_nft.go, render_hns.go), so every OS can render every
-// platform.
-var renderers = map[string]func(*core.NodeState) (string, error){}
+// platform would program for a NodeState. Each lives in an untagged file
+// (render_nft.go, render_hns.go), so every OS can render every platform.
+var renderers = map[string]func(*core.NodeState) (string, error){"linux": renderNFT, "windows": renderHNS}
 
 // renderJSON names the platforms whose renderer also prints JSON (-o json);
 // renderOutput is the chosen format, which those renderers read.
 var (
-	renderJSON   = map[string]bool{}
+	renderJSON   = map[string]bool{"windows": true}
 	renderOutput string
 )
-
-// renderFlagHooks add a platform's own render flags (the Windows node
-// description); each platform registers its hook from its render file.
-var renderFlagHooks []func(*pflag.FlagSet)
 
 func newRenderCommand() *cobra.Command {
 	var (
@@ -59,9 +51,7 @@ the HNS load balancers for --platform windows. It changes nothing on this machin
 	f.StringVar(&linuxRenderOptions.Table, "nftables-table", "crossproxy", "Linux: the nftables table name")
 	f.BoolVar(&linuxRenderOptions.LocalhostNodePorts, "localhost-nodeports", false, "Linux: NodePorts on 127.0.0.1 too")
 	f.StringVarP(&renderOutput, "output", "o", "text", "output format: text, or json (windows)")
-	for _, hook := range renderFlagHooks {
-		hook(f)
-	}
+	addWindowsRenderFlags(f)
 	coreOptions := addCoreOptionFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		render, ok := renderers[platformName]

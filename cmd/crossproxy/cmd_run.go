@@ -25,8 +25,6 @@ import (
 	"github.com/crossproxy/crossproxy/platform/metrics"
 )
 
-func init() { addCommand(newRunCommand) }
-
 // runOptions is everything `crossproxy run` is configured with.
 type runOptions struct {
 	nodeName     string

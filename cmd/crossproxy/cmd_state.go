@@ -13,8 +13,6 @@ import (
 	"github.com/crossproxy/crossproxy/core"
 )
 
-func init() { addCommand(newStateCommand) }
-
 func newStateCommand() *cobra.Command {
 	var (
 		manifests []string

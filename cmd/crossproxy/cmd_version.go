@@ -7,8 +7,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { addCommand(newVersionCommand) }
-
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",

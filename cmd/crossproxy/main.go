@@ -1,7 +1,7 @@
 // Command crossproxy is a Kubernetes Service proxy for mixed-OS clusters: one
 // shared core decides Service semantics, nftables (Linux) or HNS (Windows)
-// expresses them. Each subcommand lives in its own cmd_*.go file and registers
-// itself with addCommand, so areas of the code can grow without editing this file.
+// expresses them. Each subcommand lives in its own cmd_*.go file;
+// newRootCommand lists them.
 package main
 
 import (
@@ -14,13 +14,6 @@ import (
 // version is stamped by the Makefile from git (-X main.version=...).
 var version = "dev"
 
-// commandFactories holds the subcommand constructors registered by init
-// functions in the cmd_*.go files.
-var commandFactories []func() *cobra.Command
-
-// addCommand registers a subcommand constructor.
-func addCommand(f func() *cobra.Command) { commandFactories = append(commandFactories, f) }
-
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "crossproxy",
@@ -29,9 +22,9 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 		Version:       version,
 	}
-	for _, f := range commandFactories {
-		root.AddCommand(f())
-	}
+	root.AddCommand(newRunCommand(), newStateCommand(), newRenderCommand(), newExplainCommand(),
+		newCleanupCommand(), newVersionCommand())
+	root.AddCommand(platformCommands()...)
 	return root
 }
 

@@ -14,12 +14,6 @@ import (
 	hns "github.com/crossproxy/crossproxy/platform_windows"
 )
 
-func init() {
-	renderers["windows"] = renderHNS
-	renderJSON["windows"] = true
-	renderFlagHooks = append(renderFlagHooks, addWindowsRenderFlags)
-}
-
 // windowsNode describes a Windows node for render: the options `run` takes
 // on Windows and what `run` would read from HNS. It is the network
 // description file's format (YAML or JSON); flags override its fields.

@@ -5,9 +5,8 @@ import (
 	nft "github.com/crossproxy/crossproxy/platform_linux"
 )
 
-func init() {
-	renderers["linux"] = func(state *core.NodeState) (string, error) {
-		o := linuxRenderOptions
-		return nft.Build(state, nft.Config{Table: o.Table, LocalhostNodePorts: o.LocalhostNodePorts}).Text(), nil
-	}
+// renderNFT prints the nftables ruleset the Linux backend would program.
+func renderNFT(state *core.NodeState) (string, error) {
+	o := linuxRenderOptions
+	return nft.Build(state, nft.Config{Table: o.Table, LocalhostNodePorts: o.LocalhostNodePorts}).Text(), nil
 }

@@ -18,11 +18,10 @@ import (
 	"golang.org/x/sys/windows/svc"
 	"golang.org/x/sys/windows/svc/eventlog"
 	"golang.org/x/sys/windows/svc/mgr"
-
-	hns "github.com/crossproxy/crossproxy/platform_windows"
 )
 
-func init() { addCommand(newServiceCommand) }
+// platformCommands are the subcommands only Windows has.
+func platformCommands() []*cobra.Command { return []*cobra.Command{newServiceCommand()} }
 
 func newServiceCommand() *cobra.Command {
 	cmd := &cobra.Command{
@@ -88,9 +87,7 @@ func newServiceInstallCommand() *cobra.Command {
 				start = mgr.StartManual
 			}
 			svcArgs := []string{"service", "run", "--name", name}
-			if fakeNetwork != "" {
-				svcArgs = append(svcArgs, "--fake-hns-network", fakeNetwork)
-			}
+			svcArgs = append(svcArgs, fakeHNSArgs(fakeNetwork)...)
 			svcArgs = append(append(svcArgs, "--"), run...)
 			s, err := m.CreateService(name, binary, mgr.Config{DisplayName: display, Description: description, StartType: start}, svcArgs...)
 			if err != nil {
@@ -115,8 +112,7 @@ func newServiceInstallCommand() *cobra.Command {
 	cmd.Flags().StringVar(&description, "description", "Programs HNS load balancers for Kubernetes Services on this node.", "description")
 	cmd.Flags().StringVar(&binary, "binary", "", "path of crossproxy.exe the service runs (default: this executable)")
 	cmd.Flags().BoolVar(&manual, "manual", false, "start on demand instead of at boot")
-	cmd.Flags().StringVar(&fakeNetwork, "fake-hns-network", "", "tests only: the service programs an in-memory HNS (see service run)")
-	_ = cmd.Flags().MarkHidden("fake-hns-network")
+	addFakeHNSFlag(cmd, &fakeNetwork, "the service programs an in-memory HNS (see service run)")
 	return cmd
 }
 
@@ -258,20 +254,16 @@ detecting a service session, which Wine cannot report.`,
 			if err != nil {
 				return err
 			}
-			if fakeNetwork != "" {
-				hnsOverride = hns.NewFake(hns.Network{Name: fakeNetwork, Type: hns.NetworkL2Bridge}, hns.AllFeatures())
-				ledgerName = "hns-owned-fake.json"
-			}
+			useFakeHNS(fakeNetwork)
 			if logFile == "" {
-				logFile = filepath.Join(filepath.Dir(ledgerPath()), name+".log")
+				logFile = filepath.Join(dataDir(), name+".log")
 			}
 			return runService(name, logFile, run)
 		},
 	}
 	addNameFlag(cmd, &name)
 	cmd.Flags().StringVar(&logFile, "log-file", "", `log file (default %ProgramData%\crossproxy\NAME.log)`)
-	cmd.Flags().StringVar(&fakeNetwork, "fake-hns-network", "", "tests only: program an in-memory HNS with one L2Bridge network of this name")
-	_ = cmd.Flags().MarkHidden("fake-hns-network")
+	addFakeHNSFlag(cmd, &fakeNetwork, "program an in-memory HNS with one L2Bridge network of this name")
 	return cmd
 }
 
