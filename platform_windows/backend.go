@@ -108,6 +108,9 @@ type Backend struct {
 	dupRemotes   []Endpoint
 	owned        map[string]ownedLB
 	foreign      map[string][]string // frontend -> ids of load balancers crossproxy does not own
+	// others are the frontends of the load balancers crossproxy does not
+	// own at the last listing (OtherProxies).
+	others []string
 	ledger       ledgerData
 	saved        ledgerData // what the Ledger holds
 	ledgerLoaded bool
@@ -202,6 +205,7 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 			return fmt.Errorf("hns: check load balancers for drift: %w", err)
 		}
 		b.checked = b.now()
+		b.noteOthers(lbs)
 		if drift = b.drifted(lbs); len(drift) > 0 {
 			b.log.WithField("drifted", strings.Join(drift, "; ")).Warn("load balancers changed or gone behind crossproxy's back: repairing them in this sync")
 			if b.cfg.Repairs != nil {
@@ -431,6 +435,7 @@ func (b *Backend) adopt(lbs []LoadBalancer) {
 		}
 	}
 	clear(b.ledger.Pending)
+	b.noteOthers(lbs)
 }
 
 // listEndpoints reads the network's endpoints. Where a local and a remote

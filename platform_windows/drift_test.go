@@ -199,3 +199,32 @@ func stateDump(f *Fake) string {
 	}
 	return sb.String()
 }
+
+// TestOtherProxiesAreForeignLoadBalancers: load balancers crossproxy did not
+// create (kube-proxy's winkernel left running, say) are reported, named by
+// frontend, from the listings the syncs make anyway; crossproxy's own never
+// are; once the foreign one is gone, the next drift check clears it.
+func TestOtherProxiesAreForeignLoadBalancers(t *testing.T) {
+	r, _, c := driftRig(t, "10.244.1.5")
+	ctx := context.Background()
+	s := services(2)
+	r.sync(t, s, full())
+	if o, err := r.backend.OtherProxies(ctx); err != nil || o != nil {
+		t.Fatalf("only crossproxy's load balancers: %v %v", o, err)
+	}
+	id := r.fake.AddForeignLoadBalancer(LoadBalancer{Protocol: ProtocolTCP, FrontendVIPs: []netip.Addr{ip("10.96.9.9")}, ExternalPort: 443, InternalPort: 443})
+	c.t = c.t.Add(defaultDriftCheckPeriod)
+	r.sync(t, s, partial())
+	o, err := r.backend.OtherProxies(ctx)
+	if err != nil || len(o) != 1 || o[0].Name != otherHNSProxy || !strings.Contains(o[0].String(), "1 HNS load balancers crossproxy did not create: TCP/10.96.9.9/443") {
+		t.Fatalf("a foreign load balancer: %v %v", o, err)
+	}
+	if err := r.fake.DeleteLoadBalancer(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	c.t = c.t.Add(defaultDriftCheckPeriod)
+	r.sync(t, s, partial())
+	if o, err := r.backend.OtherProxies(ctx); err != nil || o != nil {
+		t.Fatalf("after the foreign load balancer went: %v %v", o, err)
+	}
+}
