@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/crossproxy/crossproxy/internal/testobj"
 )
 
 // Builders for compact test tables. Defaults: namespace "default", a
@@ -21,20 +23,9 @@ import (
 
 func ptr[T any](v T) *T { return &v }
 
-func testNode(name, zone string, addrs ...string) *v1.Node {
-	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
-	if zone != "" {
-		n.Labels[v1.LabelTopologyZone] = zone
-	}
-	for _, a := range addrs {
-		typ := v1.NodeInternalIP
-		if s, ok := strings.CutPrefix(a, "ext:"); ok {
-			typ, a = v1.NodeExternalIP, s
-		}
-		n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: typ, Address: a})
-	}
-	return n
-}
+// testNode is node name in zone (empty: none) with InternalIPs addrs
+// ("ext:ADDR": an ExternalIP).
+func testNode(name, zone string, addrs ...string) *v1.Node { return testobj.Node(name, zone, addrs...) }
 
 // defaultNode is node "n1" in zone "a" with InternalIPs 192.168.0.1 and fd00::1.
 func defaultNode() *v1.Node { return testNode("n1", "a", "192.168.0.1", "fd00::1") }
@@ -52,15 +43,7 @@ func testService(name string, mods ...svcMod) *v1.Service {
 		n := h.Sum32()
 		cip = fmt.Sprintf("10.96.%d.%d", 1+(n>>8)%250, 2+n%250)
 	}
-	s := &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec: v1.ServiceSpec{
-			Type:       v1.ServiceTypeClusterIP,
-			ClusterIP:  cip,
-			ClusterIPs: []string{cip},
-			Ports:      []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP, TargetPort: intstr.FromString("http")}},
-		},
-	}
+	s := testobj.Service("default", name, cip)
 	for _, m := range mods {
 		m(s)
 	}
@@ -164,10 +147,7 @@ type epMod func(*discovery.Endpoint)
 
 // ep is an endpoint on node (empty: none) with nil conditions.
 func ep(addr, node string, mods ...epMod) discovery.Endpoint {
-	e := discovery.Endpoint{Addresses: []string{addr}}
-	if node != "" {
-		e.NodeName = ptr(node)
-	}
+	e := testobj.Endpoint(addr, node)
 	for _, m := range mods {
 		m(&e)
 	}
@@ -211,18 +191,13 @@ func forNodes(n ...string) epMod {
 }
 
 func eport(name string, proto v1.Protocol, port int32) discovery.EndpointPort {
-	return discovery.EndpointPort{Name: ptr(name), Protocol: ptr(proto), Port: ptr(port)}
+	return testobj.SlicePort(name, proto, port)
 }
 
 // testSlice is an IPv4 slice of Service svc with port "http" 8080/TCP unless
 // ports are given with withSlicePorts.
 func testSlice(name, svc string, eps ...discovery.Endpoint) *discovery.EndpointSlice {
-	return &discovery.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{discovery.LabelServiceName: svc}},
-		AddressType: discovery.AddressTypeIPv4,
-		Ports:       []discovery.EndpointPort{eport("http", v1.ProtocolTCP, 8080)},
-		Endpoints:   eps,
-	}
+	return testobj.Slice("default", name, svc, eps...)
 }
 
 func v6(s *discovery.EndpointSlice) *discovery.EndpointSlice {

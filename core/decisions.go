@@ -102,3 +102,34 @@ func (info *svcInfo) hasClusterIP(f v1.IPFamily) bool { return info.clusterIP[fa
 func EndpointConditions(c discovery.EndpointConditions) (ready, serving, terminating bool) {
 	return c.Ready == nil || *c.Ready, c.Serving == nil || *c.Serving, c.Terminating != nil && *c.Terminating
 }
+
+// ProtocolOrTCP is p, or TCP when p is unset, as Kubernetes defaults the
+// protocol of a Service port and of an EndpointSlice port.
+func ProtocolOrTCP(p v1.Protocol) v1.Protocol {
+	if p == "" {
+		return v1.ProtocolTCP
+	}
+	return p
+}
+
+// SlicePortProtocol is the protocol of EndpointSlice port p (TCP when unset).
+func SlicePortProtocol(p discovery.EndpointPort) v1.Protocol {
+	if p.Protocol == nil {
+		return v1.ProtocolTCP
+	}
+	return *p.Protocol
+}
+
+// SlicePortFor is the port of slice s that serves Service port p, or nil:
+// the first one with p's name and protocol. The EndpointSlice controller
+// names a slice port after the Service port, and Compute matches them so.
+func SlicePortFor(s *discovery.EndpointSlice, p v1.ServicePort) *discovery.EndpointPort {
+	proto := ProtocolOrTCP(p.Protocol)
+	for i := range s.Ports {
+		q := &s.Ports[i]
+		if deref(q.Name) == p.Name && SlicePortProtocol(*q) == proto {
+			return q
+		}
+	}
+	return nil
+}

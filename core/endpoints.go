@@ -122,13 +122,7 @@ func parseSlices(e *env, info *svcInfo, list []*discovery.EndpointSlice, probs *
 func parseSlice(e *env, info *svcInfo, s *discovery.EndpointSlice, fam v1.IPFamily, sink problemSink) *parsedSlice {
 	ps := &parsedSlice{name: s.Name}
 	for j, p := range s.Ports {
-		sp := slicePort{protocol: v1.ProtocolTCP}
-		if p.Name != nil {
-			sp.name = *p.Name
-		}
-		if p.Protocol != nil {
-			sp.protocol = *p.Protocol
-		}
+		sp := slicePort{name: deref(p.Name), protocol: SlicePortProtocol(p)}
 		switch sp.protocol {
 		case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
 		default:

@@ -170,10 +170,7 @@ func parseService(svc *v1.Service, nsn types.NamespacedName, sink problemSink) *
 func parsePorts(ports []v1.ServicePort, nodePorts bool, sink problemSink) []svcPort {
 	var out []svcPort
 	for i, p := range ports {
-		proto := p.Protocol
-		if proto == "" {
-			proto = v1.ProtocolTCP
-		}
+		proto := ProtocolOrTCP(p.Protocol)
 		switch proto {
 		case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
 		default:

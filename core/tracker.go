@@ -212,9 +212,8 @@ func (t *Tracker) upsertSlice(s *discovery.EndpointSlice) {
 	t.removeSlice(key)
 	svcName, labelled := s.Labels[discovery.LabelServiceName]
 	switch {
-	case hasKey(s.Labels, LabelHeadless):
-		t.setSliceNote(key, sliceNote{ignored: &IgnoredObject{Kind: "EndpointSlice", Object: key.String(),
-			Reason: fmt.Sprintf("labelled %s: endpoints of a headless Service are not proxied", LabelHeadless)}})
+	case IgnoredSlice(s) != "":
+		t.setSliceNote(key, sliceNote{ignored: &IgnoredObject{Kind: "EndpointSlice", Object: key.String(), Reason: IgnoredSlice(s)}})
 	case !labelled || svcName == "":
 		t.setSliceNote(key, sliceNote{problem: &Problem{Kind: "EndpointSlice", Object: key.String(),
 			Field:  fmt.Sprintf("metadata.labels[%q]", discovery.LabelServiceName),

@@ -399,6 +399,28 @@ func (p *ServicePort) ExternalEndpoints() []Endpoint {
 	return p.ClusterEndpoints
 }
 
+// External reports whether the Service has external entry points (NodePort,
+// LoadBalancer or external IPs): the traffic externalTrafficPolicy applies to,
+// whether or not this node has a frontend for them in this family (kube-proxy's
+// "externally accessible"). Such a port has an external verdict
+// (ExternalEmpty), and either the Local policy or masqueraded external traffic.
+func (p *ServicePort) External() bool { return p.ExternalPolicyLocal || p.Masquerade.External }
+
+// InternalPolicy names the resolved internal traffic policy as the Service
+// spells it: "Local" or "Cluster".
+func (p *ServicePort) InternalPolicy() string { return policyName(p.InternalPolicyLocal) }
+
+// ExternalPolicy names the resolved external traffic policy as the Service
+// spells it: "Local" or "Cluster" (also for a port that is not External).
+func (p *ServicePort) ExternalPolicy() string { return policyName(p.ExternalPolicyLocal) }
+
+func policyName(local bool) string {
+	if local {
+		return string(v1.ServiceExternalTrafficPolicyLocal)
+	}
+	return string(v1.ServiceExternalTrafficPolicyCluster)
+}
+
 // HealthCheck is a health-check node port served for a LoadBalancer Service
 // with externalTrafficPolicy Local.
 type HealthCheck struct {

@@ -157,10 +157,10 @@ func writePortText(p *textPrinter, sp *core.ServicePort) {
 		fes = append(fes, f.String())
 	}
 	row("frontends", "%s", strings.Join(fes, ", "))
-	if hasExternal(sp) {
-		row("traffic policy", "internal %s, external %s", policy(sp.InternalPolicyLocal), policy(sp.ExternalPolicyLocal))
+	if sp.External() {
+		row("traffic policy", "internal %s, external %s", sp.InternalPolicy(), sp.ExternalPolicy())
 	} else {
-		row("traffic policy", "internal %s (no external frontend)", policy(sp.InternalPolicyLocal))
+		row("traffic policy", "internal %s (no external frontend)", sp.InternalPolicy())
 	}
 	if sp.Affinity.ClientIP {
 		row("affinity", "ClientIP, %ds", sp.Affinity.TimeoutSeconds)
@@ -179,11 +179,11 @@ func writePortText(p *textPrinter, sp *core.ServicePort) {
 		row("topology", "%s", sp.TopologyNote)
 	}
 	row("internal traffic", "%s", setText(sp.InternalEndpoints(), sp.InternalEmpty))
-	if hasExternal(sp) {
+	if sp.External() {
 		row("external traffic", "%s", setText(sp.ExternalEndpoints(), sp.ExternalEmpty))
 	}
 	_ = tw.Flush()
-	if !sp.InternalPolicyLocal || hasExternal(sp) {
+	if !sp.InternalPolicyLocal || sp.External() {
 		writeEndpoints(p, "cluster endpoints", sp.ClusterEndpoints)
 	}
 	if sp.InternalPolicyLocal || sp.ExternalPolicyLocal {
@@ -233,15 +233,6 @@ func writeEndpoints(p *textPrinter, label string, eps []core.Endpoint) {
 	}
 }
 
-func hasExternal(sp *core.ServicePort) bool {
-	for _, f := range sp.Frontends {
-		if f.Kind.External() {
-			return true
-		}
-	}
-	return sp.ExternalEmpty != core.VerdictNone
-}
-
 func setText(eps []core.Endpoint, v core.Verdict) string {
 	switch {
 	case len(eps) > 0:
@@ -262,13 +253,6 @@ func setName(s core.EndpointSet) string {
 		return "local set"
 	}
 	return "every set"
-}
-
-func policy(local bool) string {
-	if local {
-		return "Local"
-	}
-	return "Cluster"
 }
 
 func masqueradeText(m core.Masquerade) string {

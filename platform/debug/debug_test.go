@@ -14,15 +14,14 @@ import (
 	"github.com/sirupsen/logrus"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/internal/testobj"
 	"github.com/crossproxy/crossproxy/platform"
 )
 
-func ptr[T any](v T) *T { return &v }
 
 var web = types.NamespacedName{Namespace: "default", Name: "web"}
 
@@ -33,20 +32,12 @@ func quiet() logrus.FieldLogger {
 }
 
 func objects() (*v1.Node, *v1.Service, *discovery.EndpointSlice, *discovery.EndpointSlice) {
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1.LabelTopologyZone: "a"}},
-		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.0.1"}}}}
-	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"}, Spec: v1.ServiceSpec{
-		Type: v1.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"}, Selector: map[string]string{"app": "web"},
-		Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}}}}
-	mk := func(name, svcName, addr string) *discovery.EndpointSlice {
-		return &discovery.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{discovery.LabelServiceName: svcName}},
-			AddressType: discovery.AddressTypeIPv4,
-			Ports:       []discovery.EndpointPort{{Name: ptr("http"), Port: ptr[int32](8080), Protocol: ptr(v1.ProtocolTCP)}},
-			Endpoints:   []discovery.Endpoint{{Addresses: []string{addr}, NodeName: ptr("n1")}},
-		}
-	}
-	return node, svc, mk("web-a", "web", "10.244.1.5"), mk("other-a", "other", "10.244.1.9")
+	node := testobj.Node("n1", "a", "192.168.0.1")
+	svc := testobj.Service("default", "web", "10.96.0.10")
+	svc.Spec.Selector = map[string]string{"app": "web"}
+	svc.Spec.Ports[0].TargetPort = intstr.FromInt32(8080)
+	return node, svc, testobj.Slice("default", "web-a", "web", testobj.Endpoint("10.244.1.5", "n1")),
+		testobj.Slice("default", "other-a", "other", testobj.Endpoint("10.244.1.9", "n1"))
 }
 
 // fakeBackend reports what it was told is programmed.

@@ -13,11 +13,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/internal/testobj"
 	"github.com/crossproxy/crossproxy/platform"
 )
 
@@ -40,8 +40,7 @@ func (b *readingBackend) Sync(_ context.Context, st *core.NodeState, _ core.Chan
 // -race, which reports any write to a map a reader still iterates.
 func TestDebugReadersWhileSyncing(t *testing.T) {
 	const services = 50
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
-		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.0.1"}}}}
+	node := testobj.Node("n1", "", "192.168.0.1")
 	opts := core.Options{IPFamilies: []v1.IPFamily{v1.IPv4Protocol}}
 	tr, err := core.NewTracker(opts)
 	if err != nil {
@@ -54,19 +53,14 @@ func TestDebugReadersWhileSyncing(t *testing.T) {
 	slices := make([]*discovery.EndpointSlice, services)
 	for i := range svcs {
 		ip := fmt.Sprintf("10.96.0.%d", i+1)
-		svcs[i] = &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("s%d", i)}, Spec: v1.ServiceSpec{
-			ClusterIP: ip, ClusterIPs: []string{ip},
-			Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)}}}}
+		svcs[i] = testobj.Service("default", fmt.Sprintf("s%d", i), ip)
+		svcs[i].Spec.Ports[0].TargetPort = intstr.FromInt32(8080)
 		store.UpsertService(svcs[i])
 	}
 	slice := func(i, gen int) *discovery.EndpointSlice {
-		s := &discovery.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("s%d-1", i), Labels: map[string]string{discovery.LabelServiceName: fmt.Sprintf("s%d", i)}},
-			AddressType: discovery.AddressTypeIPv4,
-			Ports:       []discovery.EndpointPort{{Name: ptr("http"), Port: ptr[int32](8080), Protocol: ptr(v1.ProtocolTCP)}},
-		}
+		s := testobj.Slice("default", fmt.Sprintf("s%d-1", i), fmt.Sprintf("s%d", i))
 		for j := range 1 + gen%3 {
-			s.Endpoints = append(s.Endpoints, discovery.Endpoint{Addresses: []string{fmt.Sprintf("10.244.%d.%d", i, j+1)}, NodeName: ptr("n1")})
+			s.Endpoints = append(s.Endpoints, testobj.Endpoint(fmt.Sprintf("10.244.%d.%d", i, j+1), "n1"))
 		}
 		return s
 	}

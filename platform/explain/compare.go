@@ -22,10 +22,7 @@ type frontendKey struct {
 func (k frontendKey) String() string { return fmt.Sprintf("%s/%s", k.addr, k.proto) }
 
 func keyOf(addr netip.Addr, port uint16, proto v1.Protocol) frontendKey {
-	if proto == "" {
-		proto = v1.ProtocolTCP
-	}
-	return frontendKey{addr: netip.AddrPortFrom(addr.Unmap(), port), proto: proto}
+	return frontendKey{addr: netip.AddrPortFrom(addr.Unmap(), port), proto: core.ProtocolOrTCP(proto)}
 }
 
 // verdictWords says what a frontend does with a new connection when its set is empty.
@@ -192,7 +189,7 @@ func (a *analysis) staleConnections(ps *platform.ProgrammedService, prog map[fro
 			continue
 		}
 		if !slices.ContainsFunc(pf.Endpoints, func(e netip.AddrPort) bool { return unmap(e) == unmap(c.Endpoint) }) {
-			stale = append(stale, fmt.Sprintf("%s %s -> %s via %s", protocolOr(c.Protocol), c.Client, c.Endpoint, c.Frontend))
+			stale = append(stale, fmt.Sprintf("%s %s -> %s via %s", core.ProtocolOrTCP(c.Protocol), c.Client, c.Endpoint, c.Frontend))
 		}
 	}
 	if len(stale) > 0 {

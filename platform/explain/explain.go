@@ -232,27 +232,13 @@ func (a *analysis) publishedLayer() {
 // port, so a port missing by name means the slice cannot serve that port.
 func (a *analysis) portMatches(svc *v1.Service, served []*discovery.EndpointSlice) {
 	for _, sp := range svc.Spec.Ports {
-		proto := sp.Protocol
-		if proto == "" {
-			proto = v1.ProtocolTCP
-		}
+		proto := core.ProtocolOrTCP(sp.Protocol)
 		tp := targetPort(sp)
 		for _, s := range served {
 			if len(s.Endpoints) == 0 {
 				continue
 			}
-			var match *discovery.EndpointPort
-			for i := range s.Ports {
-				q := &s.Ports[i]
-				qp := v1.ProtocolTCP
-				if q.Protocol != nil {
-					qp = *q.Protocol
-				}
-				if ptrString(q.Name) == sp.Name && qp == proto {
-					match = q
-					break
-				}
-			}
+			match := core.SlicePortFor(s, sp)
 			switch {
 			case match == nil:
 				a.add(LayerPublished, SeverityMismatch, "targetPort %s matches no port in slice %s (Service port %q/%s; slice ports: %s)",
@@ -271,10 +257,7 @@ func slicePorts(s *discovery.EndpointSlice) string {
 	}
 	var out []string
 	for _, q := range s.Ports {
-		proto := v1.ProtocolTCP
-		if q.Protocol != nil {
-			proto = *q.Protocol
-		}
+		proto := core.SlicePortProtocol(q)
 		port := "unset"
 		if q.Port != nil {
 			port = fmt.Sprint(*q.Port)

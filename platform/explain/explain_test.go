@@ -10,11 +10,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/internal/testobj"
 	"github.com/crossproxy/crossproxy/platform"
 )
 
@@ -26,27 +26,14 @@ var webName = types.NamespacedName{Namespace: "default", Name: "web"}
 
 func ptr[T any](v T) *T { return &v }
 
-func testNode(name, zone string) *v1.Node {
-	return &v1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1.LabelTopologyZone: zone}},
-		Status:     v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.0.1"}}},
-	}
-}
+func testNode(name, zone string) *v1.Node { return testobj.Node(name, zone, "192.168.0.1") }
 
 type svcMod func(*v1.Service)
 
 func testService(mods ...svcMod) *v1.Service {
-	s := &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
-		Spec: v1.ServiceSpec{
-			Type:       v1.ServiceTypeClusterIP,
-			ClusterIP:  "10.96.0.10",
-			ClusterIPs: []string{"10.96.0.10"},
-			IPFamilies: []v1.IPFamily{v1.IPv4Protocol},
-			Selector:   map[string]string{"app": "web"},
-			Ports:      []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP, TargetPort: intstr.FromString("http")}},
-		},
-	}
+	s := testobj.Service("default", "web", "10.96.0.10")
+	s.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol}
+	s.Spec.Selector = map[string]string{"app": "web"}
 	for _, m := range mods {
 		m(s)
 	}
@@ -82,7 +69,8 @@ func hintZones(zones ...string) epMod {
 }
 
 func ep(addr string, mods ...epMod) discovery.Endpoint {
-	e := discovery.Endpoint{Addresses: []string{addr}, NodeName: ptr("n1"), Zone: ptr("a")}
+	e := testobj.Endpoint(addr, "n1")
+	e.Zone = ptr("a")
 	for _, m := range mods {
 		m(&e)
 	}
@@ -91,12 +79,9 @@ func ep(addr string, mods ...epMod) discovery.Endpoint {
 
 // testSlice is an IPv4 slice of web with one port (name "http" unless given) 8080/TCP.
 func testSlice(name, portName string, eps ...discovery.Endpoint) *discovery.EndpointSlice {
-	return &discovery.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{discovery.LabelServiceName: "web"}},
-		AddressType: discovery.AddressTypeIPv4,
-		Ports:       []discovery.EndpointPort{{Name: ptr(portName), Port: ptr[int32](8080), Protocol: ptr(v1.ProtocolTCP)}},
-		Endpoints:   eps,
-	}
+	s := testobj.Slice("default", name, "web", eps...)
+	s.Ports[0].Name = ptr(portName)
+	return s
 }
 
 func twoReady() []*discovery.EndpointSlice {

@@ -46,11 +46,7 @@ func declared(in *Input) Declared {
 		d.IPFamilyPolicy = string(*s.IPFamilyPolicy)
 	}
 	for _, p := range s.Ports {
-		proto := p.Protocol
-		if proto == "" {
-			proto = v1.ProtocolTCP
-		}
-		d.Ports = append(d.Ports, DeclaredPort{Name: p.Name, Protocol: string(proto), Port: p.Port,
+		d.Ports = append(d.Ports, DeclaredPort{Name: p.Name, Protocol: string(core.ProtocolOrTCP(p.Protocol)), Port: p.Port,
 			TargetPort: targetPort(p), NodePort: p.NodePort})
 	}
 	for _, ing := range svc.Status.LoadBalancer.Ingress {
@@ -106,13 +102,7 @@ func published(in *Input) Published {
 		out := Slice{Name: s.Name, AddressType: string(s.AddressType), Ports: []SlicePort{}, Endpoints: []SliceEndpoint{},
 			Ignored: sliceIgnored(in, s)}
 		for _, sp := range s.Ports {
-			q := SlicePort{Protocol: string(v1.ProtocolTCP)}
-			if sp.Name != nil {
-				q.Name = *sp.Name
-			}
-			if sp.Protocol != nil {
-				q.Protocol = string(*sp.Protocol)
-			}
+			q := SlicePort{Name: ptrString(sp.Name), Protocol: string(core.SlicePortProtocol(sp))}
 			if sp.Port != nil {
 				q.Port = *sp.Port
 			}
@@ -185,13 +175,6 @@ func frontendSet(sp *core.ServicePort, f core.Frontend) (set string, eps []core.
 	return set, sp.InternalEndpoints(), sp.InternalEmpty
 }
 
-func policy(local bool) string {
-	if local {
-		return "Local"
-	}
-	return "Cluster"
-}
-
 // computed renders the core's decisions for the Service.
 func computed(in *Input) Computed {
 	if in.State == nil {
@@ -215,8 +198,8 @@ func computed(in *Input) Computed {
 			Name:                  sp.Key.PortName,
 			Protocol:              string(sp.Protocol),
 			Family:                string(sp.Key.Family),
-			InternalTrafficPolicy: policy(sp.InternalPolicyLocal),
-			ExternalTrafficPolicy: policy(sp.ExternalPolicyLocal),
+			InternalTrafficPolicy: sp.InternalPolicy(),
+			ExternalTrafficPolicy: sp.ExternalPolicy(),
 			TopologyMode:          sp.TopologyMode,
 			TopologyNote:          sp.TopologyNote,
 			Frontends:             []ComputedFrontend{},
@@ -291,10 +274,10 @@ func programmed(in *Input) Programmed {
 	slices.SortStableFunc(fronts, compareProgrammed)
 	for _, f := range fronts {
 		p.Frontends = append(p.Frontends, ProgrammedFrontend{Kind: string(f.Kind), Address: netip.AddrPortFrom(f.Addr, f.Port).String(),
-			Protocol: protocolOr(f.Protocol), Endpoints: sortedAddrPorts(f.Endpoints), Verdict: string(f.Verdict)})
+			Protocol: string(core.ProtocolOrTCP(f.Protocol)), Endpoints: sortedAddrPorts(f.Endpoints), Verdict: string(f.Verdict)})
 	}
 	for _, c := range ps.Connections {
-		p.Connections = append(p.Connections, Connection{Protocol: protocolOr(c.Protocol), Client: c.Client.String(),
+		p.Connections = append(p.Connections, Connection{Protocol: string(core.ProtocolOrTCP(c.Protocol)), Client: c.Client.String(),
 			Frontend: c.Frontend.String(), Endpoint: c.Endpoint.String(), State: c.State})
 	}
 	return p
@@ -317,12 +300,4 @@ func kindOrder(k core.FrontendKind) int {
 		return 3
 	}
 	return 4
-}
-
-// protocolOr defaults an unset protocol to TCP, as Kubernetes does.
-func protocolOr(p v1.Protocol) string {
-	if p == "" {
-		return string(v1.ProtocolTCP)
-	}
-	return string(p)
 }

@@ -211,7 +211,7 @@ func (m *Metrics) observeState(st *core.NodeState) {
 		if noLocal && p.InternalPolicyLocal {
 			noLocalInternal++
 		}
-		if noLocal && p.ExternalPolicyLocal && hasExternal(p) {
+		if noLocal && p.ExternalPolicyLocal && p.External() {
 			noLocalExternal++
 		}
 	}
@@ -221,15 +221,6 @@ func (m *Metrics) observeState(st *core.NodeState) {
 	m.Programmed.WithLabelValues("health_checks").Set(float64(len(st.HealthChecks)))
 	m.NoLocalEndpoints.WithLabelValues("internal").Set(float64(noLocalInternal))
 	m.NoLocalEndpoints.WithLabelValues("external").Set(float64(noLocalExternal))
-}
-
-func hasExternal(p *core.ServicePort) bool {
-	for _, f := range p.Frontends {
-		if f.Kind.External() {
-			return true
-		}
-	}
-	return false
 }
 
 // FailureReason classifies a sync error for crossproxy_sync_failures_total.
