@@ -5,9 +5,8 @@
 SHELL := /bin/bash
 GO ?= go
 MODULE := github.com/crossproxy/crossproxy
-# Expanded once per make run (:=): a recursive VERSION re-ran git describe at
-# every use, so a commit landing mid-build named the binaries and the image
-# after different versions.
+# Expanded once per make run (:=), so the binaries and the image of one run
+# carry the same version even when a commit lands mid-build.
 ifeq ($(origin VERSION),undefined)
 VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 endif
@@ -41,8 +40,7 @@ VET_TAGS := e2e,integration,installer
 
 # -trimpath as in build and cross: vet needs every dependency compiled, and
 # with the same flags those compiles are the release builds' (one set in the
-# build cache instead of two; a cold windows/amd64 vet after its cross build
-# takes 1 min 3 s instead of 3 min 29 s).
+# build cache instead of two; test/results/make-test.md).
 vet:
 	$(GO) vet -trimpath ./...
 	$(GO) vet -trimpath -tags $(VET_TAGS) ./...
@@ -67,9 +65,8 @@ test-unit:
 # fuzz coordinator can report its own deadline as a failure ("context deadline
 # exceeded") when a starved worker is mid-call on a loaded machine
 # (go.dev/issue/75804, fixed in Go 1.27). A count has no deadline to race; on a
-# busy machine the run only takes longer. 40000 executions take 17 s (12 s of
-# fuzzing) on this 2-core machine when idle, measured with `time make
-# fuzz-short` at load 1. Override with FUZZTIME=60s or FUZZTIME=100000x.
+# busy machine the run only takes longer (its time: test/results/make-test.md).
+# Override with FUZZTIME=60s or FUZZTIME=100000x.
 FUZZTIME ?= 40000x
 fuzz-short:
 	$(GO) test -run '^$$' -fuzz '^FuzzCompute$$' -fuzztime $(FUZZTIME) ./core/

@@ -11,7 +11,7 @@ import (
 )
 
 // claimKey is one destination a frontend takes on this node, packed into 20
-// bytes (a netip.Addr and a protocol string took 48) because there is one
+// bytes (a netip.Addr and a protocol string need 48) because there is one
 // per frontend: the address in its 16-byte form (the core's addresses are
 // never IPv4-mapped IPv6, so each has one), the port and the protocol's code.
 type claimKey struct {

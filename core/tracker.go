@@ -399,9 +399,9 @@ func (t *Tracker) recompute() map[types.NamespacedName]*serviceResult {
 }
 
 // portsWriter writes one snapshot's Ports map. A returned NodeState is never
-// modified, so the first change copies the previous map (about 1 ms at
-// 10,000 ports, on a loop limited to one sync a second; test/results/core.md)
-// and an unchanged state shares it.
+// modified, so the first change copies the previous map (its cost:
+// BenchmarkTrackerSliceUpdate10k, test/results/core.md) and an unchanged
+// state shares it.
 type portsWriter struct {
 	ports map[PortKey]*ServicePort
 	owned bool // ports may be written: it is not shared with a returned NodeState

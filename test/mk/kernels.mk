@@ -3,13 +3,11 @@
 # (software emulation). Needs root; kernels and root filesystems are cached
 # in ~/.cache/crossproxy/kernels-VERSION.
 #
-# `make test` runs one kernel (6.1, the most common node kernel): 68 s with
-# the kernel cached on an idle machine, about 3.5 minutes at load 10. All
-# three took 6 min 47 s at load 10 with every kernel cached
-# (test/results/kernels.md), and a new machine first prepares each kernel's
-# root filesystem (about 1.5 minutes each): about 11 minutes, past the 10 a
-# suite of `make test` may take. `make test-kernels` runs all three and
-# rewrites the report.
+# `make test` runs one kernel (6.1, the most common node kernel): all three
+# take several times as long, and on a new machine each first prepares its
+# root filesystem, which would take the suite past the time one suite of
+# `make test` may take (times in test/results/kernels.md). `make
+# test-kernels` runs all three and rewrites the report.
 
 TEST_SUITES += test-kernel
 
