@@ -5,6 +5,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,11 @@ func TestForeignChangesRepairedWithinSeconds(t *testing.T) {
 	l.flush()
 	l.waitNFT("10.96.0.10", true)
 	answers := func() error {
+		// crossproxy's Service chains live in shard tables: the main table
+		// (masquerading, refusals) must be back too.
+		if out, err := exec.Command("ip", "netns", "exec", l.ns("node"), "nft", "list", "chain", "inet", "crossproxy", "nat-postrouting").CombinedOutput(); err != nil {
+			return fmt.Errorf("table inet crossproxy not back: %s", out)
+		}
 		if _, err := tcp(c1, "", hostPort("10.96.0.10", 80), 300*time.Millisecond); err != nil {
 			return fmt.Errorf("ClusterIP: %w", err)
 		}
@@ -68,7 +74,7 @@ func TestForeignChangesRepairedWithinSeconds(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: web did not answer again within %v: %v", c.name, took.Round(time.Millisecond), err)
 		}
-		t.Logf("%s: ClusterIP and NodePort answer again after %v", c.name, took.Round(time.Millisecond))
+		t.Logf("%s: table back, ClusterIP and NodePort answer again after %v", c.name, took.Round(time.Millisecond))
 	}
 	time.Sleep(1200 * time.Millisecond)
 	data, err := os.ReadFile(l.logPath)
