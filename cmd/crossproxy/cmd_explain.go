@@ -212,6 +212,11 @@ func (eo *explainOptions) readProgrammed(ctx context.Context, in *explain.Input)
 		return
 	}
 	in.Backend = b.Name()
+	if d, ok := b.(platform.OtherProxyDetector); ok {
+		if others, err := d.OtherProxies(ctx); err == nil {
+			in.OtherProxies = others
+		}
+	}
 	ps, err := b.Programmed(ctx, in.Service)
 	if err != nil {
 		in.ProgrammedUnavailable = fmt.Sprintf("read %s: %v", b.Name(), err)

@@ -45,6 +45,14 @@ func verdictWords(v core.Verdict, suffix string) string {
 // verdict of frontends without endpoints. Live connections that go to an
 // endpoint no longer programmed are noted (stale conntrack entries).
 func (a *analysis) programmedLayer() {
+	if len(a.ports) > 0 && !a.ignored {
+		// Whichever proxy's rules a packet meets first translate it: the
+		// Service works by one proxy's rules or the other's, not as layer 3
+		// says.
+		for _, o := range a.in.OtherProxies {
+			a.add(LayerProgrammed, SeverityMismatch, "another Service proxy programs this node too: %s; it translates this Service's addresses its own way", o)
+		}
+	}
 	ps := a.in.Programmed
 	if ps == nil {
 		sev := SeverityNote

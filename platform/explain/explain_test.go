@@ -126,6 +126,8 @@ type testCase struct {
 	firstLayer int
 	// notes must each appear among the findings.
 	notes []string
+	// others are other proxies found on the node.
+	others []platform.OtherProxy
 }
 
 func build(t *testing.T, tc testCase) *Report {
@@ -146,7 +148,7 @@ func build(t *testing.T, tc testCase) *Report {
 	if err != nil {
 		t.Fatalf("core.Compute: %v", err)
 	}
-	in := Input{Service: webName, NodeName: node.Name, Object: tc.svc, Slices: tc.slices, State: st, Backend: "fake"}
+	in := Input{Service: webName, NodeName: node.Name, Object: tc.svc, Slices: tc.slices, State: st, Backend: "fake", OtherProxies: tc.others}
 	switch {
 	case tc.progFailed:
 		in.ProgrammedUnavailable, in.ProgrammedFailed = "read fake: table inet crossproxy has no frontend map: not programmed", true
@@ -164,6 +166,9 @@ func build(t *testing.T, tc testCase) *Report {
 func TestBuildFindsFirstMismatch(t *testing.T) {
 	cases := []testCase{
 		{name: "healthy ClusterIP", svc: testService(), slices: twoReady()},
+		{name: "kube-proxy beside crossproxy", svc: testService(), slices: twoReady(),
+			others: []platform.OtherProxy{{Name: "kube-proxy", Evidence: []string{"nftables table ip kube-proxy"}}},
+			first:  "another Service proxy programs this node too: kube-proxy (nftables table ip kube-proxy); it translates this Service's addresses its own way", firstLayer: 4},
 		{name: "service missing", slices: twoReady(),
 			first: "Service default/web does not exist", firstLayer: 1},
 		{name: "headless is not proxied and not a mismatch", svc: testService(func(s *v1.Service) {

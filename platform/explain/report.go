@@ -79,6 +79,9 @@ type Input struct {
 	ProgrammedFailed      bool
 	// Backend names the data plane ("nftables", "hns").
 	Backend string
+	// OtherProxies are other Service proxies found programming this node
+	// (platform.OtherProxyDetector).
+	OtherProxies []platform.OtherProxy
 }
 
 // Report is the four layers of one Service and what explain found in them.

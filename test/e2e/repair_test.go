@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -89,5 +90,16 @@ func TestForeignChangesRepairedWithinSeconds(t *testing.T) {
 		if !strings.Contains(log, want) {
 			t.Errorf("the log does not name %q:\n%s", want, lastLines(log, 40))
 		}
+	}
+
+	// kube-proxy's table beside crossproxy's: explain names it as the
+	// Service's first mismatch and exits non-zero.
+	run(t, "ip", "netns", "exec", l.ns("node"), "nft", "add", "table", "ip", "kube-proxy")
+	out, err := exec.Command("ip", "netns", "exec", l.ns("node"), l.bin, "explain", "default/web",
+		"--manifests", filepath.Join(l.dir, "manifests"), "--node", nodeName,
+		"--cluster-cidr", "10.244.0.0/16,fd00:244::/56", "--ip-families", "IPv4,IPv6",
+		"--nodeport-addresses", "192.168.50.0/24,fd00:50::/64").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "another Service proxy programs this node too: kube-proxy (nftables table ip kube-proxy)") {
+		t.Errorf("explain with kube-proxy's table on the node (%v):\n%s", err, out)
 	}
 }
