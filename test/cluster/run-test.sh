@@ -20,6 +20,10 @@ GOOS=linux GOARCH=amd64 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main
 bin/ociimage -ref "$up_ref" -version "$up_version" -archive "$out/crossproxy-next-image.tar" \
 	-image "linux/amd64=$out/crossproxy-next:/usr/local/bin/crossproxy"
 bash installer/render.sh "$up_ref" "$up_ref" "$up_version" "$out/next"
+# The Helm CLI for TestHelm (built once, cached outside the clone).
+helm_bin=$(bash test/helm/build.sh helm)
+# kube-proxy, kubectl, sh, nft and iptables in one image, for TestTakeover.
+bash "$here/kubetools.sh" "$out/kubetools-image.tar"
 
 # One cluster at a time on a host (fixed namespaces and paths): wait for
 # any other run (make conformance) holding it.
@@ -36,4 +40,6 @@ XP_MANIFEST="$root/dist/crossproxy-$version-linux.yaml" \
 	XP_IMAGE_ARCHIVE="$root/dist/crossproxy-$version-image.tar" XP_IMAGE_REF="$image" \
 	XP_UPGRADE_MANIFEST="$root/$out/next/crossproxy-$up_version-linux.yaml" \
 	XP_UPGRADE_ARCHIVE="$root/$out/crossproxy-next-image.tar" XP_UPGRADE_REF="$up_ref" \
+	XP_HELM="$helm_bin" XP_CHART="$root/installer/helm/crossproxy" \
+	XP_KUBETOOLS_ARCHIVE="$root/$out/kubetools-image.tar" XP_CROSSPROXY_BIN="$root/dist/crossproxy-$version-linux-amd64" \
 	GOFLAGS=-mod=mod go test -tags cluster -count=1 -timeout 20m -v -run "${CLUSTER_TEST_RUN:-.}" .
