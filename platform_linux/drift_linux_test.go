@@ -255,3 +255,16 @@ func TestOtherProxiesFindsKubeProxy(t *testing.T) {
 		t.Fatalf("kube-proxy gone, got %v", o)
 	}
 }
+
+func TestDescribeForeignGroupsByTable(t *testing.T) {
+	pending := map[foreignChange]int{
+		{table: "crossproxy", object: "table", what: "deleted"}:       1,
+		{table: "crossproxy", object: "chain", what: "deleted"}:       4,
+		{table: "crossproxy-0", object: "rule", what: "deleted"}:      2,
+		{table: "crossproxy-0", object: "set element", what: "added"}: 1,
+	}
+	want := "table inet crossproxy deleted; table inet crossproxy-0: 1 set element added, 2 rules deleted"
+	if got := describeForeign(pending, nil); got != want {
+		t.Errorf("describeForeign:\n got %q\nwant %q", got, want)
+	}
+}

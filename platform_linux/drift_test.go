@@ -29,19 +29,6 @@ func TestCompareCensusNamesEveryDifference(t *testing.T) {
 	}
 }
 
-func TestDescribeForeignGroupsByTable(t *testing.T) {
-	pending := map[foreignChange]int{
-		{table: "crossproxy", object: "table", what: "deleted"}:       1,
-		{table: "crossproxy", object: "chain", what: "deleted"}:       4,
-		{table: "crossproxy-0", object: "rule", what: "deleted"}:      2,
-		{table: "crossproxy-0", object: "set element", what: "added"}: 1,
-	}
-	want := "table inet crossproxy deleted; table inet crossproxy-0: 1 set element added, 2 rules deleted"
-	if got := describeForeign(pending, nil); got != want {
-		t.Errorf("describeForeign:\n got %q\nwant %q", got, want)
-	}
-}
-
 func TestCompareWritten(t *testing.T) {
 	written := map[string]objectCount{"crossproxy": {Chains: 5, Sets: 8}, "crossproxy-0": {Chains: 30, Sets: 4}}
 	if d := compareWritten(written, map[string]objectCount{"crossproxy": {Chains: 5, Sets: 8}, "crossproxy-0": {Chains: 30, Sets: 4}}); d != nil {

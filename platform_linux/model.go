@@ -242,8 +242,8 @@ func (m matchDNAT) nft() string {
 	}
 	return "ct status dnat"
 }
-func (matchNewConn) nft() string     { return "ct state & (established | related) == 0" }
-func (m matchRandom) nft() string    { return fmt.Sprintf("numgen random mod %d 0", m.Mod) }
+func (matchNewConn) nft() string  { return "ct state & (established | related) == 0" }
+func (m matchRandom) nft() string { return fmt.Sprintf("numgen random mod %d 0", m.Mod) }
 func (d Dispatch) nft() string {
 	k := ipKeyword(d.Family)
 	return fmt.Sprintf("%s daddr . meta l4proto . th dport vmap @%s", k, d.Map)
