@@ -330,9 +330,7 @@ func TestTrackerConcurrent(t *testing.T) {
 	var sl []*discovery.EndpointSlice
 	for k, s := range tr.services {
 		services = append(services, s)
-		for _, x := range tr.slicesBySvc[k] {
-			sl = append(sl, x)
-		}
+		sl = append(sl, tr.slicesBySvc[k]...)
 	}
 	assertSameState(t, mustCompute(t, Options{}, defaultNode(), services, sl), st)
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/crossproxy/crossproxy/platform"
 )
 
-
 var web = types.NamespacedName{Namespace: "default", Name: "web"}
 
 func quiet() logrus.FieldLogger {

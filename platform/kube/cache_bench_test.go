@@ -79,20 +79,20 @@ func controllerObjects(tb testing.TB, n int) (services, slices [][]byte) {
 
 func ptr[T any](v T) *T { return &v }
 
-// BenchmarkInformerCache decodes XPK_CACHE_SERVICES (default 10,000)
+// BenchmarkInformerCache decodes BENCH_CACHE_SERVICES (default 10,000)
 // Services and their slices as the informers do (protobuf, one new object
 // each), passes them through the informers' transform, keeps them in
 // informer stores and reports the heap they hold per Service + slice pair:
 // the informer caches' share of the proxy's steady heap without an API server
 // (BenchmarkScale/heap measures the same through a real one).
-// XPK_CACHE_HEAPPROFILE=path writes the heap profile while the objects are
+// BENCH_CACHE_HEAPPROFILE=path writes the heap profile while the objects are
 // held, for `go tool pprof -sample_index=inuse_space`.
 func BenchmarkInformerCache(b *testing.B) {
 	n := 10000
-	if v := os.Getenv("XPK_CACHE_SERVICES"); v != "" {
+	if v := os.Getenv("BENCH_CACHE_SERVICES"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			b.Fatalf("XPK_CACHE_SERVICES=%q: want a positive number", v)
+			b.Fatalf("BENCH_CACHE_SERVICES=%q: want a positive number", v)
 		}
 	}
 	svcs, slices := controllerObjects(b, n)
@@ -126,7 +126,7 @@ func BenchmarkInformerCache(b *testing.B) {
 			}
 		}
 		held = heapstat.Inuse() - before
-		if path := os.Getenv("XPK_CACHE_HEAPPROFILE"); path != "" {
+		if path := os.Getenv("BENCH_CACHE_HEAPPROFILE"); path != "" {
 			heapstat.WriteProfile(b, path)
 		}
 		runtime.KeepAlive(svcStore)

@@ -211,23 +211,6 @@ func findBinDir(dir string) (string, error) {
 	return dir, nil
 }
 
-// repoRoot walks up from the working directory to the crossproxy module root.
-func repoRoot() (string, error) {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("find repository root: %w", err)
-	}
-	for d := wd; ; d = filepath.Dir(d) {
-		data, err := os.ReadFile(filepath.Join(d, "go.mod"))
-		if err == nil && strings.HasPrefix(string(data), "module github.com/crossproxy/crossproxy\n") {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("find repository root: no crossproxy go.mod above %s", wd)
-		}
-	}
-}
-
 func (s *Server) writeTokens() error {
 	ids := append([]Identity{
 		{Name: AdminUser, Groups: []string{"system:masters"}},

@@ -15,14 +15,14 @@ import (
 )
 
 // repairCap is how long a repair benchmark waits for a proxy to bring its
-// rules back before it reports the proxy as not repairing (XPS_REPAIR_CAP,
+// rules back before it reports the proxy as not repairing (BENCH_REPAIR_TIMEOUT,
 // seconds; default 300: kube-proxy's nftables mode repairs at its hourly full
 // sync, so any cap ends its wait).
 func repairCap(b *testing.B) time.Duration {
-	if v := os.Getenv("XPS_REPAIR_CAP"); v != "" {
+	if v := os.Getenv("BENCH_REPAIR_TIMEOUT"); v != "" {
 		s, err := strconv.Atoi(v)
 		if err != nil || s < 1 {
-			b.Fatalf("XPS_REPAIR_CAP=%q: want seconds", v)
+			b.Fatalf("BENCH_REPAIR_TIMEOUT=%q: want seconds", v)
 		}
 		return time.Duration(s) * time.Second
 	}
@@ -30,7 +30,7 @@ func repairCap(b *testing.B) time.Duration {
 }
 
 // BenchmarkRepairAfterForeignChange programs n Services x 10 endpoints (the
-// scale environment, XPS_SERVICES, default 10,000) plus one NodePort Service
+// scale environment, BENCH_SERVICES, default 10,000) plus one NodePort Service
 // served by the lab's backends through the real apiserver, then does to the
 // node what a firewall reload or another tool does: `nft flush ruleset`, or
 // deleting the proxy's main table. repair-s is the time from that command's
@@ -123,7 +123,7 @@ func BenchmarkRepairAfterForeignChange(b *testing.B) {
 				b.ReportMetric(took.Seconds(), "repair-s")
 				b.ReportMetric(unrepaired, "unrepaired")
 				b.Logf("%s %s at %d Services: %s (load %s)", proxy, c.name, n, map[bool]string{
-					true: fmt.Sprintf("answers again after %v", took.Round(time.Millisecond)),
+					true:  fmt.Sprintf("answers again after %v", took.Round(time.Millisecond)),
 					false: fmt.Sprintf("still dead after %v (%v)", capAt, err)}[err == nil], loadavg())
 			})
 		}

@@ -35,13 +35,13 @@ import (
 )
 
 // scaleServices is the number of Services of the scale benchmarks
-// (XPS_SERVICES, default 10,000), each with one slice of 10 endpoints.
+// (BENCH_SERVICES, default 10,000), each with one slice of 10 endpoints.
 func scaleServices(tb testing.TB) int {
 	n := 10000
-	if v := os.Getenv("XPS_SERVICES"); v != "" {
+	if v := os.Getenv("BENCH_SERVICES"); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 100 {
-			tb.Fatalf("XPS_SERVICES=%q: want a number >= 100", v)
+			tb.Fatalf("BENCH_SERVICES=%q: want a number >= 100", v)
 		}
 	}
 	return n
@@ -131,7 +131,7 @@ func moveEndpoint(b *testing.B, client kubernetes.Interface, i, round int) {
 	}
 }
 
-// BenchmarkScale populates the apiserver once with XPS_SERVICES Services x 10
+// BenchmarkScale populates the apiserver once with BENCH_SERVICES Services x 10
 // endpoints and measures crossproxy against it: the real binary (scaleMemory;
 // binary-shipped with GOMEMLIMIT as the shipped DaemonSet sets it),
 // the same pipeline in this process with a heap breakdown (scaleHeap), and
@@ -148,7 +148,7 @@ func BenchmarkScale(b *testing.B) {
 	for range b.N {
 		b.Run("binary", func(b *testing.B) {
 			e.t = b
-			scaleMemory(b, e, n, proxyCrossproxy, os.Getenv("XPS_BINARY_ENV"))
+			scaleMemory(b, e, n, proxyCrossproxy, os.Getenv("BENCH_PROXY_ENV"))
 		})
 		b.Run("binary-shipped", func(b *testing.B) {
 			e.t = b
@@ -162,7 +162,7 @@ func BenchmarkScale(b *testing.B) {
 }
 
 // scaleMemory runs the real proxy binary (crossproxy or kube-proxy, see
-// startScaleProxy) against the real apiserver holding XPS_SERVICES Services
+// startScaleProxy) against the real apiserver holding BENCH_SERVICES Services
 // x 10 endpoints, programming the lab's node namespace: start-up, first full
 // sync, then 100 endpoint changes one at a time. It reports the process's
 // peak RSS (VmHWM), the full and mean partial sync durations (the proxy's
@@ -228,7 +228,7 @@ func scaleMemory(b *testing.B, e *env, n int, proxyName, binEnv string) {
 }
 
 // setBinaryEnv sets the environment variables of env ("KEY=VALUE ..."),
-// which the crossproxy binary the benchmark starts inherits: XPS_BINARY_ENV
+// which the crossproxy binary the benchmark starts inherits: BENCH_PROXY_ENV
 // for the binary sub-benchmark. The benchmark process itself read its own
 // GOMEMLIMIT when it started, so the in-process figures are unaffected.
 func setBinaryEnv(b *testing.B, env string) {
@@ -310,7 +310,7 @@ func scaleHeap(b *testing.B, e *env, n int) {
 		}
 		held := heapstat.Inuse() - before
 		prof := heapProfile()
-		if path := os.Getenv("XPS_HEAPPROFILE"); path != "" {
+		if path := os.Getenv("BENCH_SCALE_HEAPPROFILE"); path != "" {
 			heapstat.WriteProfile(b, path)
 		}
 		b.ReportMetric(float64(held)/(1<<20), "steady-heap-MiB")
@@ -477,7 +477,7 @@ func restoreSlices(b *testing.B, client kubernetes.Interface, listed []discovery
 }
 
 // Stream parameters of scaleStream: the 50 endpoint updates per
-// second for 60 seconds (XPS_STREAM_RATE and XPS_STREAM_SECONDS change them).
+// second for 60 seconds (BENCH_STREAM_RATE and BENCH_STREAM_SECONDS change them).
 const (
 	streamRate    = 50
 	streamSeconds = 60
@@ -506,11 +506,11 @@ func envInt(tb testing.TB, name string, def int) int {
 // (addresses nobody routes) unreachable until then. It reports p50/p99/max of
 // that latency, the proxy's CPU seconds over the stream, its syncs, and its
 // RSS at the end. The proxy (crossproxy or kube-proxy, see startScaleProxy)
-// runs with --min-sync-period 1s, both proxies' default, unless XPK_MIN_SYNC
+// runs with --min-sync-period 1s, both proxies' default, unless BENCH_MIN_SYNC_PERIOD
 // is set.
 func scaleStream(b *testing.B, e *env, n int, proxyName string) {
-	rate := envInt(b, "XPS_STREAM_RATE", streamRate)
-	seconds := envInt(b, "XPS_STREAM_SECONDS", streamSeconds)
+	rate := envInt(b, "BENCH_STREAM_RATE", streamRate)
+	seconds := envInt(b, "BENCH_STREAM_SECONDS", streamSeconds)
 	updates := rate * seconds
 	if updates > n {
 		b.Fatalf("%d updates need as many Services, have %d", updates, n)
@@ -550,7 +550,7 @@ func scaleStream(b *testing.B, e *env, n int, proxyName string) {
 	b.Cleanup(func() { restoreSlices(b, client, sl.Items, byName, written) })
 
 	minSync := "1s"
-	if v := os.Getenv("XPK_MIN_SYNC"); v != "" {
+	if v := os.Getenv("BENCH_MIN_SYNC_PERIOD"); v != "" {
 		minSync = v
 	}
 	b.Setenv("GODEBUG", "gctrace=1")

@@ -187,7 +187,7 @@ func BenchmarkInformerPath10kServices100kEndpoints(b *testing.B) {
 
 // BenchmarkNetworkProgrammingLatency measures API change → rules in the
 // kernel: crossproxy (real process, nftables in the lab's node namespace,
-// default min-sync-period 1s unless XPK_MIN_SYNC is set) follows 1,000
+// default min-sync-period 1s unless BENCH_MIN_SYNC_PERIOD is set) follows 1,000
 // Services while a background stream updates EndpointSlices at ~20/s; each
 // measured change moves one Service to another backend and is timed until a
 // connection from the client namespace reaches the new backend.
@@ -198,7 +198,7 @@ func BenchmarkNetworkProgrammingLatency(b *testing.B) {
 	client := kubernetes.NewForConfigOrDie(cfg)
 	populate(b, client, "bench", 1000, 4, e.node)
 	minSync := "1s"
-	if v := os.Getenv("XPK_MIN_SYNC"); v != "" {
+	if v := os.Getenv("BENCH_MIN_SYNC_PERIOD"); v != "" {
 		minSync = v
 	}
 	e.startProxy("--min-sync-period", minSync, "--sync-period", "30s", "--log-level", "info")

@@ -29,7 +29,7 @@ func TestFollowsServicesAndEndpointSlices(t *testing.T) {
 	slice = e.updateSlice(slice)
 	e.lab.waitBackends(t, addr(svc), be[0], be[1])
 	slice.Endpoints = e.endpointSlice("web", "web-1", be[2]).Endpoints
-	slice = e.updateSlice(slice)
+	e.updateSlice(slice)
 	e.lab.waitBackends(t, addr(svc), be[2])
 
 	// A second slice of the same Service adds to the first.

@@ -20,18 +20,18 @@ BENCH_SUITES += bench-k8s
 # bench-k8s: informer path with 10k Services / 100k endpoints against the real
 # apiserver, and network programming latency (API change to packets through
 # the kernel's rules) under a stream of changes, at the default
-# --min-sync-period (1 s) and at 10 ms (XPK_MIN_SYNC). Results: test/results/k8s.md.
+# --min-sync-period (1 s) and at 10 ms (BENCH_MIN_SYNC_PERIOD). Results: test/results/k8s.md.
 bench-k8s: apiserver
 	$(GO) test -tags integration -count=1 -run '^$$' -bench 'InformerPath|NetworkProgramming' -benchtime 1x -timeout 30m ./test/integration/
-	XPK_MIN_SYNC=10ms $(GO) test -tags integration -count=1 -run '^$$' -bench NetworkProgramming -benchtime 1x -timeout 30m ./test/integration/
+	BENCH_MIN_SYNC_PERIOD=10ms $(GO) test -tags integration -count=1 -run '^$$' -bench NetworkProgramming -benchtime 1x -timeout 30m ./test/integration/
 
 BENCH_SUITES += bench-repair
 .PHONY: bench-repair
 
 # bench-repair: how long crossproxy and kube-proxy v1.37.2 (nftables) take to
 # make a ClusterIP and a NodePort answer again after `nft flush ruleset` and
-# after their table is deleted, with XPS_SERVICES Services (default 10,000)
-# through the real apiserver; XPS_REPAIR_CAP (seconds, default 300) ends the
+# after their table is deleted, with BENCH_SERVICES Services (default 10,000)
+# through the real apiserver; BENCH_REPAIR_TIMEOUT (seconds, default 300) ends the
 # wait. Results: test/results/linux.md.
 bench-repair: apiserver cluster-bin
 	$(GO) test -tags integration -count=1 -run '^$$' -bench 'RepairAfterForeignChange' -benchtime 1x -timeout 60m ./test/integration/
