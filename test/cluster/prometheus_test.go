@@ -233,18 +233,19 @@ spec: {selector: {app: echo}, externalIPs: [10.201.0.99], ports: [{port: 80, tar
 		return nil
 	})
 
-	// Down: no crossproxy pod on xpc-b.
-	c.kubectl("-n", "kube-system", "patch", "daemonset", "crossproxy-linux", "--type", "merge", "-p",
-		`{"spec":{"template":{"spec":{"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"NotIn","values":["xpc-b"]}]}]}}}}}}}`)
-	t.Logf("FIGURE prometheus: CrossproxyDown fired %v after the pod on xpc-b was removed",
-		c.waitFiring("CrossproxyDown", map[string]string{"instance": "10.201.0.12:10249"}, 3*time.Minute))
-	if _, ok := c.firing()["CrossproxyAbsent"]; ok {
-		t.Error("CrossproxyAbsent fires while xpc-a is still scraped")
+	// Another proxy: kube-proxy's table appears on xpc-b beside crossproxy's.
+	if _, err := sh(context.Background(), "nsenter", "--net=/run/netns/xpc-b", "nft", "add", "table", "ip", "kube-proxy"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("FIGURE prometheus: CrossproxyOtherProxyDetected fired %v after table ip kube-proxy appeared on xpc-b",
+		c.waitFiring("CrossproxyOtherProxyDetected", map[string]string{"instance": "10.201.0.12:10249", "proxy": "kube-proxy"}, 3*time.Minute))
+	if _, err := sh(context.Background(), "nsenter", "--net=/run/netns/xpc-b", "nft", "delete", "table", "ip", "kube-proxy"); err != nil {
+		t.Fatal(err)
 	}
 
 	// Every dashboard query answers from this Prometheus now (failures,
-	// problems and a down node have all been seen); other_proxy_detected only
-	// where the binary exports it.
+	// problems and another proxy have been seen, both nodes are scraped);
+	// drift repairs only once one has succeeded.
 	b, err := os.ReadFile(filepath.Join(chart, "files", "dashboard.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -267,13 +268,22 @@ spec: {selector: {app: echo}, externalIPs: [10.201.0.99], ports: [{port: 80, tar
 				t.Fatal(err)
 			}
 			lines = append(lines, fmt.Sprintf("%d series: %s", len(res), q))
-			if len(res) == 0 && !strings.Contains(q, "crossproxy_other_proxy_detected") && !strings.Contains(q, "crossproxy_drift_repairs_total") {
+			if len(res) == 0 && !strings.Contains(q, "crossproxy_drift_repairs_total") {
 				t.Errorf("dashboard panel %q: query returns nothing: %s", p.Title, q)
 			}
 		}
 	}
 	sort.Strings(lines)
 	t.Logf("dashboard queries:\n%s", strings.Join(lines, "\n"))
+
+	// Down: no crossproxy pod on xpc-b.
+	c.kubectl("-n", "kube-system", "patch", "daemonset", "crossproxy-linux", "--type", "merge", "-p",
+		`{"spec":{"template":{"spec":{"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"kubernetes.io/hostname","operator":"NotIn","values":["xpc-b"]}]}]}}}}}}}`)
+	t.Logf("FIGURE prometheus: CrossproxyDown fired %v after the pod on xpc-b was removed",
+		c.waitFiring("CrossproxyDown", map[string]string{"instance": "10.201.0.12:10249"}, 3*time.Minute))
+	if _, ok := c.firing()["CrossproxyAbsent"]; ok {
+		t.Error("CrossproxyAbsent fires while xpc-a is still scraped")
+	}
 
 	// Put things back for later tests.
 	c.kubectl("-n", ns, "delete", "service", "claim-1", "claim-2", "--ignore-not-found")

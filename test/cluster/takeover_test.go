@@ -171,6 +171,28 @@ func TestTakeover(t *testing.T) {
 			t.Errorf("%s tables after the takeover (want crossproxy's, no kube-proxy's):\n%s", n, tb)
 		}
 	}
+	// crossproxy itself no longer sees kube-proxy on either node
+	// (crossproxy_other_proxy_detected, checked each syncPeriod).
+	for _, ip := range []string{"10.201.0.11", "10.201.0.12"} {
+		c.eventually("crossproxy_other_proxy_detected 0 on "+ip, 90*time.Second, func() error {
+			m, err := c.get("xpc-cp", "http://"+ip+":10349/metrics")
+			if err != nil {
+				return err
+			}
+			// Seen beside crossproxy before the takeover, so the series is
+			// there; 0 once kube-proxy's rules are gone.
+			for _, l := range strings.Split(m, "\n") {
+				if strings.HasPrefix(l, `crossproxy_other_proxy_detected{proxy="kube-proxy"}`) {
+					if strings.HasSuffix(l, " 0") {
+						return nil
+					}
+					return fmt.Errorf("%s", l)
+				}
+			}
+			return fmt.Errorf("no crossproxy_other_proxy_detected{proxy=\"kube-proxy\"} in %d bytes of metrics", len(m))
+		})
+	}
+
 	// crossproxy alone serves the Service afterwards, on both nodes.
 	for _, ip := range []string{"10.201.0.11", "10.201.0.12"} {
 		if _, err := c.get("xpc-cp", "http://"+ip+":"+nodePort+"/"); err != nil {

@@ -427,9 +427,6 @@ func TestDashboardQueries(t *testing.T) {
 		for _, m := range regexp.MustCompile(`\b(kubeproxy|crossproxy)_[a-z_]+`).FindAllString(e, -1) {
 			name := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_sum"), "_count")
 			short := strings.TrimPrefix(name, "kubeproxy_")
-			if m == "crossproxy_other_proxy_detected" {
-				continue // being added to the binary (issue 24 names it)
-			}
 			if !strings.Contains(string(src), `"`+short+`"`) {
 				t.Errorf("dashboard query %q: %s is not a metric in platform/metrics", e, m)
 			}
