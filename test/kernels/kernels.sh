@@ -159,8 +159,8 @@ build() {
 	log "building the test binaries"
 	(cd "$ROOT" &&
 		CGO_ENABLED=0 go build -trimpath -o "$WORK/overlay/xp/crossproxy" ./cmd/crossproxy &&
-		CGO_ENABLED=0 go test -c -o "$WORK/overlay/xp/platform_linux.test" ./platform_linux &&
-		CGO_ENABLED=0 go test -c -tags e2e -o "$WORK/overlay/xp/e2e.test" ./test/e2e)
+		CGO_ENABLED=0 go test -c -trimpath -o "$WORK/overlay/xp/platform_linux.test" ./platform_linux &&
+		CGO_ENABLED=0 go test -c -trimpath -tags e2e -o "$WORK/overlay/xp/e2e.test" ./test/e2e)
 	rm -rf "$WORK/overlay/xp/platform_linux/testdata"
 	cp -r "$ROOT/platform_linux/testdata" "$WORK/overlay/xp/platform_linux/"
 	cp "$ROOT/test/kernels/init.sh" "$WORK/overlay/init"
@@ -230,7 +230,10 @@ report() {
 		echo "|---|---|---|---|---|---|---|---|---|"
 		for k in "$@"; do
 			local nftv pkg secs
-			nftv=$(tr -d '\r' <"$WORK/$k.log" | awk '/^XPK-INFO nft /{print $4; exit}')
+			# awk reads to the end: leaving early would kill tr with SIGPIPE,
+			# which pipefail turns into the script's exit once a console log
+			# outgrows the pipe's buffer.
+			nftv=$(tr -d '\r' <"$WORK/$k.log" | awk '/^XPK-INFO nft / && v == "" {v = $4} END {print v}')
 			pkg=$(cat "$CACHE/kernels-$k/package")
 			secs=$(cat "$WORK/$k.secs" 2>/dev/null || echo '?')
 			leaves "$WORK/$k.log" | awk -v k="$k" -v pkg="$pkg" -v nftv="$nftv" -v secs="$secs" '
