@@ -33,7 +33,7 @@ var (
 type Backend struct {
 	log logrus.FieldLogger
 	cfg Config
-	ns  netNS
+	ns  *netNS
 	// batches is the netlink socket syncs send their batch on.
 	batches *batchConn
 	sysctl  sysctl
@@ -335,10 +335,16 @@ func (b *Backend) logSkipped(skipped []Skipped) {
 
 // inventory lists crossproxy's tables in the kernel with their chains and sets.
 func (b *Backend) inventory() (map[string]inventory, error) {
-	c, err := b.ns.conn()
-	if err != nil {
-		return nil, fmt.Errorf("open nftables connection: %w", err)
-	}
+	var out map[string]inventory
+	err := b.ns.withConn(func(c *nftables.Conn) error {
+		var err error
+		out, err = b.inventoryWith(c)
+		return err
+	})
+	return out, err
+}
+
+func (b *Backend) inventoryWith(c *nftables.Conn) (map[string]inventory, error) {
 	main := b.cfg.table()
 	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {

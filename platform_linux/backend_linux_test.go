@@ -466,6 +466,17 @@ func TestCloseReleasesHandles(t *testing.T) {
 	if _, err := b.Programmed(ctx, types.NamespacedName{Namespace: "default", Name: "web"}); !errors.Is(err, errClosed) {
 		t.Errorf("programmed after Close: %v", err)
 	}
+	if _, err := b.Listen("tcp", "127.0.0.1:0"); !errors.Is(err, errClosed) {
+		t.Errorf("listen after Close: %v", err)
+	}
+	// The sysctl and conntrack helpers share the backend's handle: closed
+	// with it, they fail instead of acting on the current namespace.
+	if _, err := (procSysctl{ns: b.ns}).Get("net.ipv4.ip_forward"); !errors.Is(err, errClosed) {
+		t.Errorf("sysctl after Close: %v", err)
+	}
+	if _, err := (&netlinkConntrack{ns: b.ns}).List(map[frontendKey]bool{}); !errors.Is(err, errClosed) {
+		t.Errorf("conntrack after Close: %v", err)
+	}
 	if err := b.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}

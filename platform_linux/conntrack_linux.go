@@ -32,14 +32,19 @@ type frontendKey struct {
 	Dst   netip.AddrPort
 }
 
-type netlinkConntrack struct{ ns netNS }
+type netlinkConntrack struct{ ns *netNS }
 
 func (c *netlinkConntrack) dial() (*conntrack.Conn, error) {
-	cfg := &netlink.Config{}
-	if c.ns.fd >= 0 {
-		cfg.NetNS = c.ns.fd
-	}
-	conn, err := conntrack.Dial(cfg)
+	var conn *conntrack.Conn
+	err := c.ns.withFD(func(fd int) error {
+		cfg := &netlink.Config{}
+		if fd >= 0 {
+			cfg.NetNS = fd
+		}
+		var err error
+		conn, err = conntrack.Dial(cfg)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open conntrack netlink socket: %w", err)
 	}

@@ -18,17 +18,36 @@ import (
 )
 
 // netNS is a network namespace handle; fd < 0 means the current namespace.
-type netNS struct{ fd int }
+// The backend and its sysctl and conntrack helpers share one handle, so
+// closing it reaches them all: every use after close fails with errClosed
+// instead of running in the current namespace, and close waits for the uses
+// in flight (they hold mu for reading).
+type netNS struct {
+	mu     sync.RWMutex
+	fd     int
+	closed bool
+}
 
-func openNetNS(path string) (netNS, error) {
+func openNetNS(path string) (*netNS, error) {
 	if path == "" {
-		return netNS{fd: -1}, nil
+		return &netNS{fd: -1}, nil
 	}
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return netNS{}, fmt.Errorf("open network namespace %s: %w", path, err)
+		return nil, fmt.Errorf("open network namespace %s: %w", path, err)
 	}
-	return netNS{fd: fd}, nil
+	return &netNS{fd: fd}, nil
+}
+
+// withFD runs fn with the namespace's file descriptor (-1: the current
+// namespace), which stays open until fn returns.
+func (n *netNS) withFD(fn func(fd int) error) error {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.closed {
+		return errClosed
+	}
+	return fn(n.fd)
 }
 
 // do runs fn on an OS thread switched into the namespace; sockets and
@@ -36,55 +55,73 @@ func openNetNS(path string) (netNS, error) {
 // fresh goroutine locked to its thread, never on the caller's (the long-lived
 // sync loop's): if switching back fails, that goroutine ends still locked and
 // Go retires its thread, so no other code ever runs in the wrong namespace.
-func (n netNS) do(fn func() error) error {
-	if n.fd < 0 {
-		return fn()
-	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
+func (n *netNS) do(fn func() error) error {
+	return n.withFD(func(fd int) error {
+		if fd < 0 {
+			return fn()
+		}
+		errc := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread()
+			orig, err := netns.Get()
+			if err != nil {
+				runtime.UnlockOSThread()
+				errc <- fmt.Errorf("get current network namespace: %w", err)
+				return
+			}
+			defer orig.Close()
+			if err := netns.Set(netns.NsHandle(fd)); err != nil {
+				runtime.UnlockOSThread()
+				errc <- fmt.Errorf("enter network namespace: %w", err)
+				return
+			}
+			ferr := fn()
+			if err := netns.Set(orig); err != nil {
+				errc <- errors.Join(ferr, fmt.Errorf("return to network namespace: %w", err))
+				return // still locked: the thread is retired with this goroutine
+			}
 			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("get current network namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(netns.NsHandle(n.fd)); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter network namespace: %w", err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("return to network namespace: %w", err))
-			return // still locked: the thread is retired with this goroutine
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
+			errc <- ferr
+		}()
+		return <-errc
+	})
 }
 
-// close releases the namespace handle (not the namespace).
+// close releases the namespace handle (not the namespace), once uses in
+// flight are done.
 func (n *netNS) close() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil
+	}
+	n.closed = true
 	if n.fd < 0 {
 		return nil
 	}
-	err := unix.Close(n.fd)
-	n.fd = -1
-	if err != nil {
+	if err := unix.Close(n.fd); err != nil {
 		return fmt.Errorf("close network namespace handle: %w", err)
 	}
 	return nil
 }
 
-// conn opens a google/nftables connection for reading in the namespace.
-func (n netNS) conn() (*nftables.Conn, error) {
-	if n.fd < 0 {
-		return nftables.New()
-	}
-	return nftables.New(nftables.WithNetNSFd(n.fd))
+// withConn runs fn with a google/nftables connection for reading in the
+// namespace; the library opens a socket per request, so the handle stays
+// open until fn returns.
+func (n *netNS) withConn(fn func(c *nftables.Conn) error) error {
+	return n.withFD(func(fd int) error {
+		var c *nftables.Conn
+		var err error
+		if fd < 0 {
+			c, err = nftables.New()
+		} else {
+			c, err = nftables.New(nftables.WithNetNSFd(fd))
+		}
+		if err != nil {
+			return fmt.Errorf("open nftables connection: %w", err)
+		}
+		return fn(c)
+	})
 }
 
 // batchError is a batch the kernel refused; Errors name the failed commands.
@@ -120,7 +157,7 @@ type batchConn struct {
 func newBatchConn() *batchConn { return &batchConn{fd: -1} }
 
 // open makes the socket in ns if it is not open.
-func (c *batchConn) open(ns netNS) error {
+func (c *batchConn) open(ns *netNS) error {
 	if c.fd >= 0 {
 		return nil
 	}
@@ -297,7 +334,7 @@ func (b *batchBuf) all() ([][]byte, int) {
 
 // send sends an encoded batch in one write and waits for the kernel's
 // verdict; describe(i) names the i-th command for errors.
-func (c *batchConn) send(ns netNS, batch *batchBuf, describe func(i int) string) error {
+func (c *batchConn) send(ns *netNS, batch *batchBuf, describe func(i int) string) error {
 	if batch.messages() < 3 {
 		return nil
 	}

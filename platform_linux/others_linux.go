@@ -57,7 +57,7 @@ func (b *Backend) OtherProxies(ctx context.Context) ([]platform.OtherProxy, erro
 
 // exists reports whether a table (chain "") or a chain of a table is in the
 // ruleset, by asking the kernel for it by name.
-func (c *batchConn) exists(ns netNS, family uint8, table, chain string) (bool, error) {
+func (c *batchConn) exists(ns *netNS, family uint8, table, chain string) (bool, error) {
 	ae := netlink.NewAttributeEncoder()
 	msg := unix.NFT_MSG_GETTABLE
 	if chain == "" {

@@ -25,7 +25,7 @@ const queryTimeout = time.Second
 // reads a dump until NLMSG_DONE. The batch socket serves because it is open
 // anyway: a socket per request would make every check wait for the RCU grace
 // period its close costs.
-func (c *batchConn) query(ns netNS, msg int, family uint8, dump bool, attrs []byte) ([][]byte, error) {
+func (c *batchConn) query(ns *netNS, msg int, family uint8, dump bool, attrs []byte) ([][]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.open(ns); err != nil {
@@ -103,7 +103,7 @@ func (c *batchConn) ask(msg int, family uint8, dump bool, attrs []byte) ([][]byt
 
 // generation reads the ruleset generation: the kernel adds one for every
 // committed transaction in the namespace, whoever sent it.
-func (c *batchConn) generation(ns netNS) (uint32, error) {
+func (c *batchConn) generation(ns *netNS) (uint32, error) {
 	answers, err := c.query(ns, unix.NFT_MSG_GETGEN, unix.AF_UNSPEC, false, nil)
 	if err != nil {
 		return 0, fmt.Errorf("read nftables generation: %w", err)
@@ -126,7 +126,7 @@ func (c *batchConn) generation(ns netNS) (uint32, error) {
 // census lists the inet tables crossproxy owns (main is the main table's
 // name) with their object counts: one dump of the table list, O(tables),
 // however many rules they hold.
-func (c *batchConn) census(ns netNS, main string) (map[string]tableCount, error) {
+func (c *batchConn) census(ns *netNS, main string) (map[string]tableCount, error) {
 	answers, err := c.query(ns, unix.NFT_MSG_GETTABLE, unix.NFPROTO_INET, true, nil)
 	if err != nil {
 		return nil, fmt.Errorf("list inet tables: %w", err)

@@ -26,17 +26,33 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 	if b.closed.Load() {
 		return nil, errClosed
 	}
-	c, err := b.ns.conn()
-	if err != nil {
-		return nil, fmt.Errorf("open nftables connection: %w", err)
-	}
 	out := &platform.ProgrammedService{Service: svc}
+	fronts := map[frontendKey]bool{}
+	// The namespace handle is held while the tables are read, not while
+	// the conntrack helper takes it again below: a second read lock taken
+	// while Close waits for the first would deadlock.
+	err := b.ns.withConn(func(c *nftables.Conn) error { return b.readFrontends(c, svc, out, fronts) })
+	if err != nil {
+		return nil, err
+	}
+	if len(fronts) > 0 {
+		conns, err := b.conntrack.List(fronts)
+		if err != nil {
+			out.Notes = append(out.Notes, fmt.Sprintf("connections unavailable: %v", err))
+		}
+		out.Connections = conns
+	}
+	return out, nil
+}
+
+// readFrontends fills out with svc's frontends from the kernel's frontend
+// maps and records each in fronts.
+func (b *Backend) readFrontends(c *nftables.Conn, svc types.NamespacedName, out *platform.ProgrammedService, fronts map[frontendKey]bool) error {
 	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
-		return nil, fmt.Errorf("list inet tables: %w", err)
+		return fmt.Errorf("list inet tables: %w", err)
 	}
 	main := b.cfg.table()
-	fronts := map[frontendKey]bool{}
 	found := false
 	for _, tb := range tables {
 		if tb.Name == main || !ownTable(main, tb.Name) {
@@ -52,18 +68,18 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 			found = true
 			elems, err := c.GetSetElements(set)
 			if err != nil {
-				return nil, fmt.Errorf("read map %s of table inet %s: %w", set.Name, t.Name, err)
+				return fmt.Errorf("read map %s of table inet %s: %w", set.Name, t.Name, err)
 			}
 			for _, e := range elems {
 				if err := b.readFrontend(r, f, e, svc, out, fronts); err != nil {
-					return nil, err
+					return err
 				}
 			}
 		}
 	}
 	sort.Strings(out.Notes)
 	if !found {
-		return nil, fmt.Errorf("tables inet %s-*: no frontend map: not programmed", main)
+		return fmt.Errorf("tables inet %s-*: no frontend map: not programmed", main)
 	}
 	sort.Slice(out.Frontends, func(i, j int) bool {
 		a, b := out.Frontends[i], out.Frontends[j]
@@ -78,14 +94,7 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 		}
 		return a.Protocol < b.Protocol
 	})
-	if len(fronts) > 0 {
-		conns, err := b.conntrack.List(fronts)
-		if err != nil {
-			out.Notes = append(out.Notes, fmt.Sprintf("connections unavailable: %v", err))
-		}
-		out.Connections = conns
-	}
-	return out, nil
+	return nil
 }
 
 // readFrontend adds the frontend of one map element to out when it belongs to svc.

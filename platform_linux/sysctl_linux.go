@@ -8,7 +8,7 @@ import (
 
 // procSysctl reads and writes /proc/sys from inside the backend's namespace
 // (/proc/sys/net is per network namespace, chosen when the file is opened).
-type procSysctl struct{ ns netNS }
+type procSysctl struct{ ns *netNS }
 
 func sysctlPath(name string) string { return "/proc/sys/" + strings.ReplaceAll(name, ".", "/") }
 
