@@ -21,19 +21,26 @@ import (
 // API server is.
 func (c *cluster) helm(args ...string) string {
 	c.t.Helper()
+	out, err := c.helmErr(args...)
+	if err != nil {
+		c.t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// helmErr runs the Helm CLI like helm, returning its output and error
+// instead of failing the test.
+func (c *cluster) helmErr(args ...string) (string, error) {
 	dir := os.Getenv("XPC_DIR")
 	if dir == "" {
 		dir = "/var/lib/xpc-cluster"
 	}
 	full := append([]string{"--net=/run/netns/xpc-cp", env(c.t, "XP_HELM"),
 		"--kubeconfig", filepath.Join(dir, "pki", "admin.kubeconfig")}, args...)
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "nsenter", full...).CombinedOutput()
-	if err != nil {
-		c.t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	return string(out), err
 }
 
 // imageParts splits an image reference into repository and tag.

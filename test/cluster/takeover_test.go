@@ -139,10 +139,38 @@ func TestTakeover(t *testing.T) {
 
 	clusterIP, nodePort := c.echoService() // through kube-proxy
 
-	// Probes through the whole takeover.
+	// Probes through the whole takeover, the refused one included.
 	tr := c.startTraffic("takeover", clusterIP, "10.201.0.12", nodePort)
 
+	// First a release whose crossproxy can never be Ready (an image no node
+	// has): the takeover Job must give up and leave kube-proxy as it is.
 	start := time.Now()
+	if out, err := c.helmErr("install", "crossproxy", chart, "--namespace", "kube-system",
+		"--set", "image.repository="+repo, "--set", "image.tag=no-such-tag",
+		"--set", "apiServer.host=10.201.0.1", "--set", "apiServer.port=6443",
+		"--set", "ports.healthz=10356", "--set", "ports.metrics=10349",
+		"--set", "takeover.enabled=true", "--set", "takeover.image=localhost/xpc/kubetools:1",
+		"--set", "takeover.imagePullPolicy=Never", "--set", "takeover.timeoutSeconds=30",
+		"--timeout", "6m"); err == nil {
+		t.Fatalf("helm install with crossproxy never Ready succeeded:\n%s", out)
+	} else {
+		t.Logf("FIGURE takeover refused (crossproxy never Ready): helm install failed after %v: %v",
+			time.Since(start).Round(100*time.Millisecond), strings.TrimSpace(out))
+	}
+	for _, o := range []string{"daemonset/kube-proxy", "configmap/kube-proxy"} {
+		c.kubectl("-n", "kube-system", "get", o) // fails the test when gone
+	}
+	if pods := c.podsOn("kube-system", "k8s-app=kube-proxy"); len(pods["xpc-a"]) != 1 || len(pods["xpc-b"]) != 1 {
+		t.Fatalf("kube-proxy pods after the refused takeover: %v", pods)
+	}
+	for _, n := range []string{"xpc-a", "xpc-b"} {
+		if tb := tables(t, n); !strings.Contains(tb, "kube-proxy") {
+			t.Fatalf("%s lost kube-proxy's table in the refused takeover:\n%s", n, tb)
+		}
+	}
+	c.helm("uninstall", "crossproxy", "--namespace", "kube-system", "--wait", "--timeout", "3m")
+
+	start = time.Now()
 	out := c.helm("install", "crossproxy", chart, "--namespace", "kube-system",
 		"--set", "image.repository="+repo, "--set", "image.tag="+tag,
 		"--set", "apiServer.host=10.201.0.1", "--set", "apiServer.port=6443",
