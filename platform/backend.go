@@ -46,6 +46,10 @@ type Backend interface {
 	// force for one Service, so `crossproxy explain` can compare it with the
 	// computed state.
 	Programmed(ctx context.Context, svc types.NamespacedName) (*ProgrammedService, error)
+	// Close releases what the backend holds open (sockets, namespace
+	// handles); the programmed rules stay in force. Every call after Close
+	// fails, and a second Close does nothing.
+	Close() error
 }
 
 // DriftChecker is a Backend that can tell cheaply whether what it programmed

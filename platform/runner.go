@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -61,6 +60,12 @@ type RunnerConfig struct {
 	FullSyncPeriod time.Duration
 	// MaxBackoff caps the retry delay after failed syncs (default 1 min).
 	MaxBackoff time.Duration
+	// ReleaseMemory, when set, runs before and after each full sync, the
+	// proxy's memory peak. The binary sets debug.FreeOSMemory: collecting
+	// first lets the heap grow from what is live, collecting after hands the
+	// batch's pages back to the OS (test/results/scale.md). It is the
+	// program's memory policy, not the runner's, so it is not a default.
+	ReleaseMemory func()
 }
 
 func (c RunnerConfig) withDefaults() RunnerConfig {
@@ -93,9 +98,7 @@ type Runner struct {
 
 	trigger chan struct{}
 	now     func() time.Time
-	// release collects garbage and returns it to the operating system
-	// before and after a full sync (debug.FreeOSMemory; a recorder in
-	// tests).
+	// release is RunnerConfig.ReleaseMemory, or nothing.
 	release func()
 
 	mu        sync.Mutex
@@ -121,6 +124,10 @@ const maxDrift = 8
 
 // NewRunner returns a Runner that applies source's state to backend.
 func NewRunner(cfg RunnerConfig, source StateSource, backend Backend, log logrus.FieldLogger) *Runner {
+	release := cfg.ReleaseMemory
+	if release == nil {
+		release = func() {}
+	}
 	return &Runner{
 		cfg:     cfg.withDefaults(),
 		source:  source,
@@ -128,7 +135,7 @@ func NewRunner(cfg RunnerConfig, source StateSource, backend Backend, log logrus
 		log:     log,
 		trigger: make(chan struct{}, 1),
 		now:     time.Now,
-		release: debug.FreeOSMemory,
+		release: release,
 	}
 }
 
@@ -282,16 +289,9 @@ func (r *Runner) syncOnce(ctx context.Context, carry core.Changes) SyncResult {
 		changes.ActivatedUDP = append(slices.Clone(carry.ActivatedUDP), changes.ActivatedUDP...)
 	}
 	if changes.Full {
-		// A full sync is the proxy's memory peak: the whole encoded batch on
-		// top of the caches. Collecting first (the first one follows the
-		// initial listing's decoding garbage) lets the heap grow from what
-		// is live instead of from twice the last collection's figure, and
-		// collecting after it hands the batch's pages back instead of
-		// leaving them resident under the heap's later growth: peak RSS at
-		// 10,000 Services 185 -> 168 MiB (before only: 195;
-		// test/results/scale.md). Full syncs are rare (start-up,
-		// --full-sync-period, after a failure), and neither collection is
-		// counted in their duration.
+		// A full sync is the proxy's memory peak (the whole encoded batch
+		// on top of the caches); full syncs are rare, and neither release
+		// counts in their duration.
 		r.release()
 	}
 	r.checkOtherProxies(ctx)

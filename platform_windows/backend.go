@@ -91,6 +91,7 @@ type Backend struct {
 	log logrus.FieldLogger
 
 	mu       sync.Mutex
+	closed   bool // set by Close: every operation fails
 	features *Features
 	network  Network
 	hostMAC  string
@@ -105,12 +106,12 @@ type Backend struct {
 	rootSeen bool // the root endpoint's presence has been logged
 	// dupRemotes are remote endpoints that share their address with a local
 	// one (Windows Server 2019/2022): deleted at the end of a full sync.
-	dupRemotes   []Endpoint
-	owned        map[string]ownedLB
-	foreign      map[string][]string // frontend -> ids of load balancers crossproxy does not own
+	dupRemotes []Endpoint
+	owned      map[string]ownedLB
+	foreign    map[string][]string // frontend -> ids of load balancers crossproxy does not own
 	// others are the frontends of the load balancers crossproxy does not
 	// own at the last listing (OtherProxies).
-	others []string
+	others       []string
 	ledger       ledgerData
 	saved        ledgerData // what the Ledger holds
 	ledgerLoaded bool
@@ -186,6 +187,9 @@ func (b *Backend) Preflight(ctx context.Context) error {
 func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.Changes) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closed {
+		return errClosed
+	}
 	if err := b.prepare(ctx); err != nil {
 		return err
 	}
@@ -546,6 +550,9 @@ func (b *Backend) rememberFrontends(state *core.NodeState, scope map[core.PortKe
 func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*platform.ProgrammedService, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closed {
+		return nil, errClosed
+	}
 	if err := b.prepare(ctx); err != nil {
 		return nil, err
 	}
@@ -648,9 +655,25 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 // Cleanup implements platform.Backend: it deletes the load balancers the
 // ledger says are crossproxy's (by id, restored under a new id, or pending)
 // and the endpoints crossproxy named, nothing else.
+// errClosed is what every operation of a closed backend returns.
+var errClosed = errors.New("hns backend is closed")
+
+// Close ends the backend's use: HNS calls hold no handle between them, so
+// nothing is released, but a closed backend programs nothing more (the
+// runner has stopped; a late call is a bug to surface, not to act on).
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	return nil
+}
+
 func (b *Backend) Cleanup(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closed {
+		return errClosed
+	}
 	if err := b.loadLedger(); err != nil {
 		return err
 	}

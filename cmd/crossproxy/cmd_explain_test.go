@@ -153,6 +153,8 @@ type perfectBackend struct {
 func (b *perfectBackend) Name() string                                              { return "perfect" }
 func (b *perfectBackend) Sync(context.Context, *core.NodeState, core.Changes) error { return nil }
 func (b *perfectBackend) Cleanup(context.Context) error                             { return nil }
+func (b *perfectBackend) Close() error                                              { return nil }
+
 func (b *perfectBackend) Programmed(_ context.Context, svc types.NamespacedName) (*platform.ProgrammedService, error) {
 	ps := &platform.ProgrammedService{Service: svc}
 	for _, sp := range b.state.SortedPorts() {

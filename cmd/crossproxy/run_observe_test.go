@@ -34,6 +34,8 @@ func (b *flakyBackend) Sync(context.Context, *core.NodeState, core.Changes) erro
 	return nil
 }
 func (b *flakyBackend) Cleanup(context.Context) error { return nil }
+func (b *flakyBackend) Close() error                  { return nil }
+
 func (b *flakyBackend) Programmed(context.Context, types.NamespacedName) (*platform.ProgrammedService, error) {
 	return nil, nil
 }

@@ -48,6 +48,8 @@ type fakeBackend struct {
 func (b *fakeBackend) Name() string                                              { return "fake" }
 func (b *fakeBackend) Sync(context.Context, *core.NodeState, core.Changes) error { return nil }
 func (b *fakeBackend) Cleanup(context.Context) error                             { return nil }
+func (b *fakeBackend) Close() error                                              { return nil }
+
 func (b *fakeBackend) Programmed(_ context.Context, svc types.NamespacedName) (*platform.ProgrammedService, error) {
 	if b.err != nil {
 		return nil, b.err
