@@ -38,7 +38,10 @@ type Backend interface {
 	// Sync applies state. When changes.Full is false the backend may touch only
 	// the ports in changes.Ports; when true (first sync, periodic resync, after a
 	// failure) it must reconcile everything it owns. A failed Sync must leave the
-	// previously applied rules in force.
+	// previously applied rules in force. The conntrack cleanup in changes
+	// (StaleUDP, ActivatedUDP) runs only after the new rules are in force;
+	// the caller passes a failed sync's cleanup again with the next sync
+	// (the Runner does), so the backend keeps none of it.
 	Sync(ctx context.Context, state *core.NodeState, changes core.Changes) error
 	// Cleanup removes everything the backend ever installed, and nothing else.
 	Cleanup(ctx context.Context) error

@@ -53,7 +53,6 @@ type Backend struct {
 	recreate      bool     // the last full sync failed: rebuild the table from scratch
 	sysctlChecked bool
 	probed        bool // the kernel has what the rulesets need (probe_linux.go)
-	staleUDP      []core.StaleEndpoint
 	stats         SyncStats
 	encoder       *ruleEncoder
 	lastEncode    time.Duration
@@ -195,8 +194,6 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 		b.checkSysctls(state.Families)
 		b.sysctlChecked = true
 	}
-	// Stale UDP endpoints of a failed sync are cleared after the next good one.
-	b.staleUDP = append(b.staleUDP, changes.StaleUDP...)
 	var err error
 	if changes.Full || b.applied == nil {
 		err = b.syncFull(ctx, state)
@@ -206,8 +203,9 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 	if err != nil {
 		return err
 	}
-	if stale := b.staleUDP; len(stale) > 0 {
-		b.staleUDP = nil
+	// Conntrack cleanup only once the new rules are in force; the caller
+	// hands a failed sync's cleanup to the next one (platform.Backend).
+	if stale := changes.StaleUDP; len(stale) > 0 {
 		n, cerr := b.conntrack.ClearStale(stale)
 		if cerr != nil {
 			b.log.WithError(cerr).Warn("clear conntrack entries of removed UDP endpoints")

@@ -202,10 +202,11 @@ func (f *fakeConntrack) ClearActivated(p []core.ActivatedPort) (int, error) {
 }
 func (f *fakeConntrack) List(map[frontendKey]bool) ([]platform.Connection, error) { return nil, nil }
 
-// TestStaleUDPSurvivesAFailedSync: conntrack entries of a removed UDP endpoint
-// are cleared once the rules that no longer use it are in force, even when the
-// sync that reported it failed.
-func TestStaleUDPSurvivesAFailedSync(t *testing.T) {
+// TestStaleUDPClearedOnlyAfterASuccessfulSync: conntrack entries of a removed
+// UDP endpoint are not cleared by a sync that failed (the old rules may still
+// send to the endpoint) and are cleared by the next one, to which the caller
+// (the Runner: TestRunnerRetriesFailureWithFullSync) passes them again.
+func TestStaleUDPClearedOnlyAfterASuccessfulSync(t *testing.T) {
 	ns := testNS(t)
 	b := newTestBackend(t, ns)
 	ct := &fakeConntrack{}
@@ -228,7 +229,7 @@ func TestStaleUDPSurvivesAFailedSync(t *testing.T) {
 	if len(ct.cleared) != 0 {
 		t.Fatal("conntrack cleared while the old rules may still send to the endpoint")
 	}
-	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+	if err := b.Sync(ctx, st, core.Changes{Full: true, StaleUDP: []core.StaleEndpoint{stale}}); err != nil {
 		t.Fatal(err)
 	}
 	if len(ct.cleared) != 1 || ct.cleared[0].Endpoint != gone.AddrPort() {
