@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/internal/testenv"
 	"github.com/crossproxy/crossproxy/platform"
 )
 
@@ -25,9 +26,7 @@ import (
 // when not root.
 func testNS(t testing.TB) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces")
-	}
+	testenv.RequireRoot(t, "network namespaces")
 	name := fmt.Sprintf("xpl-u-%d-%d", os.Getpid(), rand.Intn(1_000_000))
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v: %s", err, out)

@@ -15,6 +15,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/internal/testenv"
 	"github.com/crossproxy/crossproxy/platform"
 	"github.com/crossproxy/crossproxy/platform/manifest"
 )
@@ -23,9 +24,7 @@ import (
 // the test fails).
 func explainNS(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces")
-	}
+	testenv.RequireRoot(t, "network namespaces")
 	name := fmt.Sprintf("xpd-u-%d-%d", os.Getpid(), rand.Intn(1_000_000))
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add: %v: %s", err, out)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/internal/testenv"
 	"github.com/crossproxy/crossproxy/test/netnsrun"
 )
 
@@ -26,9 +27,7 @@ import (
 // refuses connections on the other one, as kube-proxy binds only the
 // nodePortAddresses; when the NodePort addresses change, the port moves.
 func TestNodePortsListenOnlyOnNodePortAddresses(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
+	testenv.RequireRoot(t, "network namespaces")
 	ns := fmt.Sprintf("xph-%d", os.Getpid())
 	_ = exec.Command("ip", "netns", "del", ns).Run()
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {

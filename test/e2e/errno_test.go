@@ -6,5 +6,4 @@ import "syscall"
 
 const (
 	syscallECONNREFUSED = syscall.ECONNREFUSED
-	syscallSIGINT       = syscall.SIGINT
 )

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crossproxy/crossproxy/internal/testenv"
 	"github.com/crossproxy/crossproxy/test/netnsrun"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -58,7 +59,9 @@ type lab struct {
 	mu      sync.Mutex
 	objects map[string]any // file content by key, written as one manifest file
 	proxy   *exec.Cmd
-	logPath string
+	// proxyDone is closed when the proxy process has exited.
+	proxyDone chan struct{}
+	logPath   string
 	// extra are flags after the lab's own for `crossproxy run`; a flag given
 	// twice takes the later value.
 	extra []string
@@ -114,9 +117,7 @@ func newLab(t *testing.T) *lab { return newLabWith(t, "") }
 // for crossproxy.
 func newLabWith(t *testing.T, suffix string, extra ...string) *lab {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("end-to-end tests need root")
-	}
+	testenv.RequireRoot(t, "network namespaces")
 	l := &lab{t: t, id: fmt.Sprintf("%d%s", os.Getpid(), suffix), dir: t.TempDir(), objects: map[string]any{}, extra: extra}
 	l.bin = crossproxyBinary(t)
 	node, ext, client := l.ns("node"), l.ns("ext"), l.ns("c1")
@@ -243,16 +244,10 @@ func (l *lab) startProxy() {
 		t.Fatal(err)
 	}
 	l.proxy = cmd
+	l.proxyDone = make(chan struct{})
+	go func() { _ = cmd.Wait(); close(l.proxyDone) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
+		l.stopProxy()
 		logf.Close()
 		if t.Failed() {
 			data, _ := os.ReadFile(l.logPath)
@@ -262,6 +257,18 @@ func (l *lab) startProxy() {
 		}
 	})
 	l.waitNFT("nat-prerouting", true)
+}
+
+// stopProxy interrupts the proxy and waits for it to exit (killing it after
+// 5 s): its rules stay.
+func (l *lab) stopProxy() {
+	_ = l.proxy.Process.Signal(os.Interrupt)
+	select {
+	case <-l.proxyDone:
+	case <-time.After(5 * time.Second):
+		_ = l.proxy.Process.Kill()
+		<-l.proxyDone
+	}
 }
 
 func lastLines(s string, n int) string {

@@ -472,8 +472,7 @@ func TestLinuxDataPlane(t *testing.T) {
 	})
 
 	t.Run("Cleanup", func(t *testing.T) {
-		_ = l.proxy.Process.Signal(syscallSIGINT)
-		time.Sleep(300 * time.Millisecond)
+		l.stopProxy()
 		// The guard is what kept 127.0.0.1 closed: without it (and the
 		// proxy that would restore it) the outside client gets in.
 		run(t, "ip", "netns", "exec", l.ns("node"), "nft", "delete", "chain", "inet", "crossproxy", "filter-input-localnet")

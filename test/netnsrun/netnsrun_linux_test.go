@@ -2,17 +2,16 @@ package netnsrun
 
 import (
 	"net"
-	"os"
 	"os/exec"
 	"testing"
+
+	"github.com/crossproxy/crossproxy/internal/testenv"
 )
 
 // TestDoOpensSocketsInTheNamespace binds an address that exists only inside a
 // fresh namespace: it works through Do and fails outside it.
 func TestDoOpensSocketsInTheNamespace(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
+	testenv.RequireRoot(t, "network namespaces")
 	name := "xpn-unit"
 	_ = exec.Command("ip", "netns", "del", name).Run()
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
