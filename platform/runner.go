@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"k8s.io/utils/clock"
 
 	"github.com/crossproxy/crossproxy/core"
 )
@@ -97,7 +98,8 @@ type Runner struct {
 	log     logrus.FieldLogger
 
 	trigger chan struct{}
-	now     func() time.Time
+	// clock is the wall clock; tests step a fake one.
+	clock clock.Clock
 	// release is RunnerConfig.ReleaseMemory, or nothing.
 	release func()
 
@@ -134,7 +136,7 @@ func NewRunner(cfg RunnerConfig, source StateSource, backend Backend, log logrus
 		backend: backend,
 		log:     log,
 		trigger: make(chan struct{}, 1),
-		now:     time.Now,
+		clock:   clock.RealClock{},
 		release: release,
 	}
 }
@@ -191,10 +193,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		failures int
 		carry    core.Changes // conntrack cleanup a failed sync still owes
 	)
-	timer := time.NewTimer(time.Hour)
+	timer := r.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		now := r.now()
+		now := r.clock.Now()
 		wait := time.Hour // idle until the first trigger
 		if started {
 			wait = min(lastFull.Add(r.cfg.FullSyncPeriod).Sub(now), lastSync.Add(r.cfg.SyncPeriod).Sub(now))
@@ -218,19 +220,19 @@ func (r *Runner) Run(ctx context.Context) error {
 			return nil
 		case <-r.trigger:
 			if !pending {
-				r.notifyQueued(r.now())
+				r.notifyQueued(r.clock.Now())
 			}
 			pending = true
 			if !timer.Stop() {
 				select {
-				case <-timer.C:
+				case <-timer.C():
 				default:
 				}
 			}
 			continue
-		case <-timer.C:
+		case <-timer.C():
 		}
-		now = r.now()
+		now = r.clock.Now()
 		if started {
 			full := !now.Before(lastFull.Add(r.cfg.FullSyncPeriod))
 			if full {
@@ -295,7 +297,7 @@ func (r *Runner) syncOnce(ctx context.Context, carry core.Changes) SyncResult {
 		r.release()
 	}
 	r.checkOtherProxies(ctx)
-	res := SyncResult{ID: r.syncID.Add(1), Full: changes.Full, Start: r.now(), State: state, Changes: changes, Repair: repair,
+	res := SyncResult{ID: r.syncID.Add(1), Full: changes.Full, Start: r.clock.Now(), State: state, Changes: changes, Repair: repair,
 		OtherProxies: r.others}
 	log := r.log.WithFields(logrus.Fields{"sync": res.ID, "full": res.Full, "ports": len(changes.Ports)})
 	if len(repair) > 0 {
@@ -303,7 +305,7 @@ func (r *Runner) syncOnce(ctx context.Context, carry core.Changes) SyncResult {
 	}
 	log.Debug("sync start")
 	res.Err = r.backend.Sync(ctx, state, changes)
-	res.Duration = r.now().Sub(res.Start)
+	res.Duration = r.clock.Now().Sub(res.Start)
 	if res.Full {
 		r.release()
 	}
@@ -366,7 +368,7 @@ func (r *Runner) checkDrift(ctx context.Context) []string {
 // or goes: once each, not at every check.
 func (r *Runner) checkOtherProxies(ctx context.Context) {
 	d, ok := r.backend.(OtherProxyDetector)
-	now := r.now()
+	now := r.clock.Now()
 	if !ok || (!r.othersAt.IsZero() && now.Sub(r.othersAt) < r.cfg.SyncPeriod) {
 		return
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	logrustest "github.com/sirupsen/logrus/hooks/test"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,7 +48,8 @@ func (s *fakeSource) ForceFull() {
 	s.full = true
 }
 
-// fakeBackend records syncs and fails the ones it is told to.
+// fakeBackend records syncs, at the time of clock (the real one when nil),
+// and fails the ones it is told to.
 type fakeBackend struct {
 	mu      sync.Mutex
 	syncs   []core.Changes
@@ -54,6 +57,7 @@ type fakeBackend struct {
 	failN   int // fail this many syncs from now on
 	cleaned bool
 	synced  chan struct{}
+	clock   clock.PassiveClock
 }
 
 func (b *fakeBackend) Name() string { return "fake" }
@@ -62,7 +66,11 @@ func (b *fakeBackend) Sync(_ context.Context, _ *core.NodeState, ch core.Changes
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.syncs = append(b.syncs, ch)
-	b.times = append(b.times, time.Now())
+	now := time.Now()
+	if b.clock != nil {
+		now = b.clock.Now()
+	}
+	b.times = append(b.times, now)
 	defer func() {
 		select {
 		case b.synced <- struct{}{}:
@@ -96,19 +104,44 @@ func quietLog() logrus.FieldLogger {
 	return l
 }
 
-func startRunner(t *testing.T, cfg RunnerConfig, b *fakeBackend) (*Runner, *fakeSource) {
+// startRunner runs a Runner on a fake clock, which the backend reads too:
+// the tests step time, so no timing depends on how busy the machine is.
+func startRunner(t *testing.T, cfg RunnerConfig, b *fakeBackend) (*Runner, *fakeSource, *clocktesting.FakeClock) {
 	t.Helper()
 	src := &fakeSource{}
 	b.synced = make(chan struct{}, 100)
+	fc := clocktesting.NewFakeClock(time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC))
+	b.clock = fc
 	r := NewRunner(cfg, src, b, quietLog())
-	// The loop's timing is measured at the backend: no collection of this
-	// test process's heap in between.
-	r.release = func() {}
+	r.clock = fc
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = r.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return r, src
+	return r, src, fc
+}
+
+// advance steps fc a millisecond at a time, each step only while the runner
+// waits on its timer (so a step never lands between its reading the time
+// and setting the timer), until until() holds or d has passed.
+func advance(t *testing.T, fc *clocktesting.FakeClock, d time.Duration, until func() bool) {
+	t.Helper()
+	end := fc.Now().Add(d)
+	deadline := time.Now().Add(10 * time.Second)
+	for !until() && fc.Now().Before(end) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the runner stopped waiting on its timer at %v", fc.Now())
+		}
+		if fc.HasWaiters() {
+			fc.Step(time.Millisecond)
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// syncsDone returns a condition: the backend has seen n syncs.
+func syncsDone(b *fakeBackend, n int) func() bool {
+	return func() bool { s, _ := b.snapshot(); return len(s) >= n }
 }
 
 func waitSyncs(t *testing.T, b *fakeBackend, n int, within time.Duration) []core.Changes {
@@ -127,40 +160,35 @@ func waitSyncs(t *testing.T, b *fakeBackend, n int, within time.Duration) []core
 
 func TestRunnerWaitsForFirstTrigger(t *testing.T) {
 	b := &fakeBackend{}
-	r, _ := startRunner(t, RunnerConfig{MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: time.Hour}, b)
-	time.Sleep(100 * time.Millisecond)
+	r, _, fc := startRunner(t, RunnerConfig{MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: time.Hour}, b)
+	advance(t, fc, 100*time.Millisecond, syncsDone(b, 1))
 	if s, _ := b.snapshot(); len(s) != 0 {
 		t.Fatalf("synced %d times before the first trigger; a start must not write a partial view", len(s))
 	}
 	r.Trigger()
-	s := waitSyncs(t, b, 1, 2*time.Second)
-	if !s[0].Full {
-		t.Fatalf("first sync must be full")
+	advance(t, fc, time.Second, syncsDone(b, 1))
+	if s, _ := b.snapshot(); len(s) != 1 || !s[0].Full {
+		t.Fatalf("first sync must be full: %+v", s)
 	}
 }
 
 func TestRunnerCoalescesTriggers(t *testing.T) {
 	b := &fakeBackend{}
-	r, _ := startRunner(t, RunnerConfig{MinSyncPeriod: 300 * time.Millisecond, SyncPeriod: time.Hour}, b)
+	r, _, fc := startRunner(t, RunnerConfig{MinSyncPeriod: 300 * time.Millisecond, SyncPeriod: time.Hour}, b)
 	r.Trigger()
-	waitSyncs(t, b, 1, 2*time.Second)
-	start := time.Now()
+	advance(t, fc, time.Second, syncsDone(b, 1))
+	// 50 triggers within one min sync period make one sync, at its end.
 	for i := 0; i < 50; i++ {
 		r.Trigger()
-		time.Sleep(2 * time.Millisecond)
+		advance(t, fc, 2*time.Millisecond, func() bool { return false })
 	}
-	// The burst takes about 100 ms; on a loaded machine (or under -race) the
-	// sleeps can stretch it past the min sync period, which then rightly
-	// allows one more sync per period it spans.
-	allowed := 1 + int(time.Since(start)/(300*time.Millisecond))
-	waitSyncs(t, b, 2, 2*time.Second)
-	time.Sleep(400 * time.Millisecond)
+	advance(t, fc, time.Second, syncsDone(b, 3))
 	s, times := b.snapshot()
-	if got := len(s) - 1; got > allowed {
-		t.Fatalf("50 triggers over %d min-sync-period(s) gave %d syncs after the first, want at most %d", allowed, got, allowed)
+	if len(s) != 2 {
+		t.Fatalf("50 triggers within one min sync period gave %d syncs after the first, want 1", len(s)-1)
 	}
-	if gap := times[1].Sub(times[0]); gap < 290*time.Millisecond {
-		t.Fatalf("second sync %v after the first, want at least the min sync period", gap)
+	if gap := times[1].Sub(times[0]); gap != 300*time.Millisecond {
+		t.Fatalf("second sync %v after the first, want the min sync period (300ms)", gap)
 	}
 	if s[1].Full {
 		t.Fatalf("a coalesced change sync should be partial")
@@ -171,19 +199,18 @@ func TestRunnerRetriesFailureWithFullSync(t *testing.T) {
 	b := &fakeBackend{failN: 2}
 	stale := []core.StaleEndpoint{{Endpoint: netip.MustParseAddrPort("10.0.0.1:53")}}
 	act := []core.ActivatedPort{{Endpoints: []netip.Addr{netip.MustParseAddr("10.0.0.2")}}}
-	src := &fakeSource{stale: stale, act: act}
-	b.synced = make(chan struct{}, 100)
-	r := NewRunner(RunnerConfig{MinSyncPeriod: 20 * time.Millisecond, SyncPeriod: time.Hour}, src, b, quietLog())
-	r.release = func() {} // the retry delays are measured at the backend
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = r.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	r, src, fc := startRunner(t, RunnerConfig{MinSyncPeriod: 20 * time.Millisecond, SyncPeriod: time.Hour}, b)
+	src.stale, src.act = stale, act
 	var results []SyncResult
 	var mu sync.Mutex
 	r.OnSync(func(res SyncResult) { mu.Lock(); results = append(results, res); mu.Unlock() })
 	r.Trigger()
-	s := waitSyncs(t, b, 3, 3*time.Second)
+	advance(t, fc, time.Second, syncsDone(b, 1))
+	advance(t, fc, time.Second, syncsDone(b, 3))
+	s, times := b.snapshot()
+	if len(s) < 3 {
+		t.Fatalf("%d syncs, want a failure, a failed retry and a good one", len(s))
+	}
 	for i, ch := range s[:3] {
 		if !ch.Full {
 			t.Errorf("sync %d after a failure must be full", i+1)
@@ -195,16 +222,13 @@ func TestRunnerRetriesFailureWithFullSync(t *testing.T) {
 			t.Errorf("sync %d: UDP ports activated in the failed sync must be carried over, got %v", i+1, ch.ActivatedUDP)
 		}
 	}
-	_, times := b.snapshot()
-	// Backoff doubles from the min sync period (20 ms, then 40 ms). Timers
-	// only fire late under load, never early, so lower bounds (less the time between the
-	// runner taking its timestamp and the backend taking its own) hold.
-	if gap1, gap2 := times[1].Sub(times[0]), times[2].Sub(times[1]); gap1 < 18*time.Millisecond || gap2 < 36*time.Millisecond {
-		t.Errorf("retry delays should double from the min sync period: %v then %v", gap1, gap2)
+	// Backoff doubles from the min sync period: 20 ms, then 40 ms.
+	if gap1, gap2 := times[1].Sub(times[0]), times[2].Sub(times[1]); gap1 != 20*time.Millisecond || gap2 != 40*time.Millisecond {
+		t.Errorf("retry delays should double from the min sync period: %v then %v, want 20ms then 40ms", gap1, gap2)
 	}
 	// Observers run after the backend's Sync returns, so the third result may
 	// reach them a moment after the backend recorded the third sync.
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
 	for {
 		mu.Lock()
 		n := len(results)
@@ -212,7 +236,7 @@ func TestRunnerRetriesFailureWithFullSync(t *testing.T) {
 		if n >= 3 || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -223,21 +247,28 @@ func TestRunnerRetriesFailureWithFullSync(t *testing.T) {
 
 func TestRunnerPeriodicFullSync(t *testing.T) {
 	b := &fakeBackend{}
-	r, _ := startRunner(t, RunnerConfig{MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: time.Hour, FullSyncPeriod: 150 * time.Millisecond}, b)
+	r, _, fc := startRunner(t, RunnerConfig{MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: time.Hour, FullSyncPeriod: 150 * time.Millisecond}, b)
 	r.Trigger()
-	s := waitSyncs(t, b, 3, 3*time.Second)
+	advance(t, fc, time.Second, syncsDone(b, 1))
+	advance(t, fc, time.Second, syncsDone(b, 3))
+	s, times := b.snapshot()
 	for i, ch := range s {
 		if !ch.Full {
 			t.Errorf("sync %d: periodic full syncs must be full", i+1)
 		}
 	}
+	if len(times) < 3 || times[1].Sub(times[0]) != 150*time.Millisecond || times[2].Sub(times[1]) != 150*time.Millisecond {
+		t.Errorf("full syncs at %v, want every 150ms", times)
+	}
 }
 
 func TestRunnerPeriodicPartialSync(t *testing.T) {
 	b := &fakeBackend{}
-	r, _ := startRunner(t, RunnerConfig{MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: 100 * time.Millisecond, FullSyncPeriod: time.Hour}, b)
+	r, _, fc := startRunner(t, RunnerConfig{MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: 100 * time.Millisecond, FullSyncPeriod: time.Hour}, b)
 	r.Trigger()
-	s := waitSyncs(t, b, 3, 3*time.Second)
+	advance(t, fc, time.Second, syncsDone(b, 1))
+	advance(t, fc, time.Second, syncsDone(b, 3))
+	s, times := b.snapshot()
 	if !s[0].Full {
 		t.Errorf("first sync must be full")
 	}
@@ -245,6 +276,9 @@ func TestRunnerPeriodicPartialSync(t *testing.T) {
 		if ch.Full {
 			t.Errorf("sync %d: a sync every SyncPeriod without changes must stay partial until FullSyncPeriod", i+2)
 		}
+	}
+	if len(times) < 3 || times[2].Sub(times[1]) != 100*time.Millisecond {
+		t.Errorf("syncs at %v, want every 100ms", times)
 	}
 }
 
@@ -538,14 +572,14 @@ func TestRunnerReportsOtherProxies(t *testing.T) {
 	log, hook := logrustest.NewNullLogger()
 	r := NewRunner(RunnerConfig{MinSyncPeriod: time.Millisecond, SyncPeriod: 30 * time.Second}, &fakeSource{}, b, log)
 	r.release = func() {}
-	now := time.Unix(1000, 0)
-	r.now = func() time.Time { return now }
+	fc := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	r.clock = fc
 	ctx := context.Background()
 	syncAt := func(want int) {
 		t.Helper()
 		res := r.syncOnce(ctx, core.Changes{})
 		if len(res.OtherProxies) != want {
-			t.Fatalf("at %v: %d other proxies in the result, want %d: %v", now, len(res.OtherProxies), want, res.OtherProxies)
+			t.Fatalf("at %v: %d other proxies in the result, want %d: %v", fc.Now(), len(res.OtherProxies), want, res.OtherProxies)
 		}
 	}
 	warnings := func() int {
@@ -558,21 +592,21 @@ func TestRunnerReportsOtherProxies(t *testing.T) {
 		return n
 	}
 	syncAt(1)
-	now = now.Add(time.Second)
+	fc.Step(time.Second)
 	syncAt(1)
 	if b.looks != 1 || warnings() != 1 {
 		t.Fatalf("two syncs within SyncPeriod: %d looks, %d warnings; want 1 and 1", b.looks, warnings())
 	}
-	now = now.Add(30 * time.Second)
+	fc.Step(30 * time.Second)
 	syncAt(1)
 	if b.looks != 2 || warnings() != 1 {
 		t.Fatalf("a SyncPeriod later: %d looks, %d warnings; want 2 and still 1", b.looks, warnings())
 	}
 	b.found, b.err = nil, errors.New("netlink: EPERM")
-	now = now.Add(30 * time.Second)
+	fc.Step(30 * time.Second)
 	syncAt(1) // a failed look keeps what was known
 	b.err = nil
-	now = now.Add(30 * time.Second)
+	fc.Step(30 * time.Second)
 	syncAt(0)
 	gone := false
 	for _, e := range hook.AllEntries() {
