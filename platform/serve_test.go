@@ -41,10 +41,25 @@ func TestServeHTTPStopsWithItsContext(t *testing.T) {
 	}()
 	<-inHandler
 	cancel()
+	// Shutdown has begun once the listener refuses new connections; from
+	// then on a ServeHTTP that did not wait would already have returned,
+	// however slow the machine.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the listener still accepts connections 5 s after the context ended")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	select {
 	case err := <-served:
 		t.Fatalf("ServeHTTP returned (%v) while a request was in flight", err)
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 	close(release)
 	if got := <-body; got != "done" {

@@ -2,7 +2,6 @@ package manifest
 
 import (
 	"context"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
+	logrustest "github.com/sirupsen/logrus/hooks/test"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 )
@@ -148,8 +147,15 @@ func TestWatcherFeedsDifferencesAndKeepsObjectsOnBadFile(t *testing.T) {
 	dir := tempDir(t)
 	p := write(t, dir, "objs.yaml", objects)
 	rec := &recorder{}
-	log := logrus.New()
-	log.SetOutput(io.Discard)
+	log, hook := logrustest.NewNullLogger()
+	rejected := func() bool {
+		for _, e := range hook.AllEntries() {
+			if strings.Contains(e.Message, "manifests rejected") {
+				return true
+			}
+		}
+		return false
+	}
 	changes := make(chan struct{}, 10)
 	w := &Watcher{Paths: []string{dir}, NodeName: "node-a", Interval: 10 * time.Millisecond, Sink: rec, Log: log,
 		OnChange: func() { changes <- struct{}{} }}
@@ -164,11 +170,19 @@ func TestWatcherFeedsDifferencesAndKeepsObjectsOnBadFile(t *testing.T) {
 	defer cancel()
 	go w.Run(ctx)
 
-	// A broken edit is rejected: nothing is deleted.
+	// A broken edit is rejected: nothing is deleted. The check waits for the
+	// watcher's rejection, so a slow machine cannot pass it before the
+	// watcher has even read the file.
 	if err := os.WriteFile(p, []byte("kind: [\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for !rejected() {
+		if time.Now().After(deadline) {
+			t.Fatal("the broken file was never rejected")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	rec.mu.Lock()
 	if len(rec.delSvc) != 0 || len(rec.delSl) != 0 {
 		t.Fatalf("a file that fails to parse must not remove objects: %+v", rec)
