@@ -43,17 +43,23 @@ cross:
 # The build tags of the root module's suites under test/ (its //go:build
 # lines; test/cluster, test/images and test/winoracle are modules of their
 # own): vet compiles those files too, so the e2e, integration and installer
-# code is vetted. Those suites run on Linux only.
+# code is vetted. Those suites run on Linux only. No file is excluded by one
+# of these tags, so the one tagged linux run vets the untagged build too.
 VET_TAGS := e2e,integration,installer
 
-# -trimpath as in build and cross: vet needs every dependency compiled, and
-# with the same flags those compiles are the release builds' (one set in the
-# build cache instead of two; test/results/make-test.md).
+# -trimpath as in build and cross, and in every suite that compiles the same
+# graph (the e2e, integration, Windows and kernel suites, fuzz-short): vet
+# needs every dependency compiled, and with the same flags those compiles are
+# shared, so each graph is compiled once per OS and architecture
+# (test/results/make-test.md). Windows is vetted as released and, for
+# cmd/crossproxy only (its dependencies are already compiled), as the Wine
+# service test builds it (-tags fakehns).
 vet:
-	$(GO) vet -trimpath ./...
 	$(GO) vet -trimpath -tags $(VET_TAGS) ./...
 	GOOS=windows GOARCH=amd64 $(GO) vet -trimpath ./...
+	GOOS=windows GOARCH=amd64 $(GO) vet -trimpath -tags fakehns ./cmd/...
 	GOOS=windows GOARCH=arm64 $(GO) vet -trimpath ./...
+	GOOS=windows GOARCH=arm64 $(GO) vet -trimpath -tags fakehns ./cmd/...
 
 # staticcheck (honnef.co/go/tools), pinned in tools/staticcheck/go.mod, a
 # module of its own so the root go.mod never depends on it; built once per
@@ -93,7 +99,7 @@ test-unit:
 # Override with FUZZTIME=60s or FUZZTIME=100000x.
 FUZZTIME ?= 40000x
 fuzz-short:
-	$(GO) test -run '^$$' -fuzz '^FuzzCompute$$' -fuzztime $(FUZZTIME) ./core/
+	$(GO) test -trimpath -run '^$$' -fuzz '^FuzzCompute$$' -fuzztime $(FUZZTIME) ./core/
 
 bench-core:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/ ./platform/

@@ -1,7 +1,8 @@
 # Windows data plane suites (platform_windows, the Windows service).
-# test-windows: Windows vet for amd64 and arm64, the Windows test binaries of
-# the shared packages run under Wine (test/wine/wine-exec), and the service
-# start/stop test under Wine's service manager.
+# test-windows: the Windows test binaries of the shared packages run under
+# Wine (test/wine/wine-exec), and the service start/stop test under Wine's
+# service manager. The vet suite vets the Windows code (amd64 and arm64, with
+# and without -tags fakehns); -trimpath shares its compiles and cross's.
 # bench-windows: the HNS call and time benchmarks against the fake at 30 ms per call.
 
 WINE_EXEC := $(CURDIR)/test/wine/wine-exec
@@ -18,12 +19,8 @@ BENCH_SUITES += bench-windows
 
 test-windows: test-windows-unit test-windows-service
 
-# vet with -tags fakehns: the test build of cmd/crossproxy the Wine service test
-# runs (the vet suite covers the release build).
 test-windows-unit:
-	GOOS=windows GOARCH=amd64 $(GO) vet -tags fakehns ./platform_windows/... ./cmd/...
-	GOOS=windows GOARCH=arm64 $(GO) vet -tags fakehns ./platform_windows/... ./cmd/...
-	GOOS=windows GOARCH=amd64 $(GO) test -count=1 -skip '$(WINE_SKIP)' -exec $(WINE_EXEC) $(WINDOWS_TEST_PKGS)
+	GOOS=windows GOARCH=amd64 $(GO) test -trimpath -count=1 -skip '$(WINE_SKIP)' -exec $(WINE_EXEC) $(WINDOWS_TEST_PKGS)
 
 test-windows-service:
 	bash test/wine/service-test.sh
