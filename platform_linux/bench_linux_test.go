@@ -21,15 +21,15 @@ import (
 )
 
 // benchSizes are the Service counts a benchmark runs: def, or the one
-// XPL_SERVICES names (e.g. 100000: make bench-scale-backend).
+// BENCH_SERVICES names (e.g. 100000: make bench-scale-backend).
 func benchSizes(b *testing.B, def ...int) []int {
-	v := os.Getenv("XPL_SERVICES")
+	v := os.Getenv("BENCH_SERVICES")
 	if v == "" {
 		return def
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {
-		b.Fatalf("XPL_SERVICES=%q: want a number of Services", v)
+		b.Fatalf("BENCH_SERVICES=%q: want a number of Services", v)
 	}
 	return []int{n}
 }
@@ -199,7 +199,7 @@ func BenchmarkForeignFlushRepair(b *testing.B) {
 }
 
 // BenchmarkEndpointChange changes one endpoint of one Service among n (10,000
-// is the target; 1,000 shows how the kernel's share grows; XPL_SERVICES sets
+// is the target; 1,000 shows how the kernel's share grows; BENCH_SERVICES sets
 // n) and syncs that change alone: a partial sync of model, plan and one
 // netlink batch.
 func BenchmarkEndpointChange(b *testing.B) {
@@ -240,7 +240,7 @@ func benchEndpointChange(b *testing.B, n int) {
 
 // BenchmarkFirstPacket times a TCP connect through a ClusterIP (the SYN
 // crosses the rules, the SYN-ACK returns) with 100 and 30,000 Services
-// programmed (XPL_SERVICES replaces 30,000), from the node to a server in a
+// programmed (BENCH_SERVICES replaces 30,000), from the node to a server in a
 // second namespace.
 func BenchmarkFirstPacket(b *testing.B) {
 	sizes := append([]int{100}, benchSizes(b, 30000)...)

@@ -44,9 +44,9 @@ func (c Config) table() string {
 // chain reachable from the table's base chains, so a partial sync costs in
 // proportion to the size of the table it touches; Services are spread over
 // tables of at most a few hundred ports. Each shard adds one base-chain lookup
-// to a connection's first packet, hence the cap: at 24 a one-endpoint change
-// at 10k Services takes ~1.6 ms and the first-packet latency at 30k stays
-// within the noise of a one-shard table (test/results/linux.md).
+// to a connection's first packet, hence the cap, which keeps both an
+// endpoint change and the first-packet latency small (the figures are in
+// test/results/linux.md).
 const (
 	maxPortsPerShard = 256
 	maxShards        = 24
@@ -223,9 +223,9 @@ func Build(state *core.NodeState, cfg Config) *ruleset {
 }
 
 // fullBuild is a full sync's ruleset, built one shard at a time as the
-// planner reaches it: at 10,000 Services the built objects of the whole
-// ruleset (about 27 MB) and its command list (16 MB) would otherwise sit on
-// top of the encoded batch at the memory peak of a proxy's life. The ports
+// planner reaches it: the built objects of the whole ruleset and its command
+// list would otherwise sit on top of the encoded batch at the memory peak of
+// a proxy's life (test/results/scale.md). The ports
 // are visited in key order; buildPort being deterministic, the batch is the
 // same as planning Build's ruleset (TestStreamedPlanIsTheRulesetsPlan).
 type fullBuild struct {

@@ -13,8 +13,8 @@ import (
 // echoEnv, when set, makes the test binary an echo server named by its value;
 // echoPortsEnv lists the ports it answers on (TCP and UDP, IPv4 and IPv6).
 const (
-	echoEnv      = "XPL_ECHO_NAME"
-	echoPortsEnv = "XPL_ECHO_PORTS"
+	echoEnv      = "E2E_ECHO_NAME"
+	echoPortsEnv = "E2E_ECHO_PORTS"
 )
 
 // runEchoServer answers every TCP connection and UDP datagram with

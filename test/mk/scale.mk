@@ -32,9 +32,9 @@ bench-scale-100k: apiserver
 # kernel time), then at 100k one endpoint change (a partial sync, 200 samples)
 # and the first-packet latency through a ClusterIP against 100 Services.
 bench-scale-backend:
-	XPL_SERVICES=10000 $(GO) test -run '^$$' -bench 'FullSync' -benchtime 3x -timeout 20m ./platform_linux/
-	XPL_SERVICES=100000 $(GO) test -run '^$$' -bench 'FullSync' -benchtime 1x -timeout 30m ./platform_linux/
-	XPL_SERVICES=100000 $(GO) test -run '^$$' -bench 'EndpointChange|FirstPacket' -benchtime 200x -timeout 30m ./platform_linux/
+	BENCH_SERVICES=10000 $(GO) test -run '^$$' -bench 'FullSync' -benchtime 3x -timeout 20m ./platform_linux/
+	BENCH_SERVICES=100000 $(GO) test -run '^$$' -bench 'FullSync' -benchtime 1x -timeout 30m ./platform_linux/
+	BENCH_SERVICES=100000 $(GO) test -run '^$$' -bench 'EndpointChange|FirstPacket' -benchtime 200x -timeout 30m ./platform_linux/
 
 # bench-scale-kube-proxy: the reference, kube-proxy v1.37.2 in nftables mode
 # (the `make cluster-bin` binary), measured as bench-scale-10k's binary and
