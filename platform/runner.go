@@ -290,10 +290,11 @@ func (r *Runner) syncOnce(ctx context.Context, carry core.Changes) SyncResult {
 	if len(carry.ActivatedUDP) > 0 {
 		changes.ActivatedUDP = append(slices.Clone(carry.ActivatedUDP), changes.ActivatedUDP...)
 	}
-	if changes.Full {
+	if changes.Full && len(repair) == 0 {
 		// A full sync is the proxy's memory peak (the whole encoded batch
 		// on top of the caches); full syncs are rare, and neither release
-		// counts in their duration.
+		// counts in their duration. A repair skips the collection before
+		// it: the node is without its rules until the sync is done.
 		r.release()
 	}
 	r.checkOtherProxies(ctx)

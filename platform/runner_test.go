@@ -616,3 +616,22 @@ func TestRunnerReportsOtherProxies(t *testing.T) {
 		t.Error("the departure of the other proxy was not logged")
 	}
 }
+
+// TestRunnerRepairDoesNotCollectFirst: a full sync that repairs rules others
+// changed starts at once, without the collection before it (the node is
+// without its rules meanwhile); the collection after it still runs.
+func TestRunnerRepairDoesNotCollectFirst(t *testing.T) {
+	b := &driftBackend{}
+	released := 0
+	r := NewRunner(RunnerConfig{ReleaseMemory: func() { released++ }}, &fakeSource{}, b, quietLog())
+	ctx := context.Background()
+	r.syncOnce(ctx, core.Changes{}) // the first, full: before and after
+	if released != 2 {
+		t.Fatalf("first full sync released %d times, want 2", released)
+	}
+	b.drifted = []string{"table inet crossproxy deleted"}
+	res := r.syncOnce(ctx, core.Changes{})
+	if !res.Full || len(res.Repair) != 1 || released != 3 {
+		t.Fatalf("repair: full=%v repair=%q, released %d times in all, want a full repair and one release after it (3)", res.Full, res.Repair, released)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,6 +129,15 @@ func BenchmarkRepairAfterForeignChange(b *testing.B) {
 				b.Logf("%s %s at %d Services: %s (load %s)", proxy, c.name, n, map[bool]string{
 					true:  fmt.Sprintf("answers again after %v", took.Round(time.Millisecond)),
 					false: fmt.Sprintf("still dead after %v (%v)", capAt, err)}[err == nil], loadavg())
+				if proxy == proxyCrossproxy {
+					// What the proxy says of the repair: when it heard of
+					// the change and how long the full sync took.
+					for _, line := range strings.Split(s.p.logText(), "\n") {
+						if strings.Contains(line, "changed from outside") || (strings.Contains(line, "rules in sync") && strings.Contains(line, "full=true")) {
+							b.Logf("crossproxy: %s", tail(line, 300))
+						}
+					}
+				}
 			})
 		}
 	}
