@@ -121,14 +121,26 @@ func (b *Backend) Close() error {
 	return b.ns.close()
 }
 
+// lockOpen takes the backend's lock for an operation, unless the context has
+// ended or the backend is closed; the caller unlocks when it returns nil.
+func (b *Backend) lockOpen(ctx context.Context) error {
+	b.mu.Lock()
+	if err := ctx.Err(); err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	if b.closed.Load() {
+		b.mu.Unlock()
+		return errClosed
+	}
+	return nil
+}
+
 // Listen opens a listener in the network namespace the backend programs, so
 // that sockets the node answers on (health-check node ports) live where its
 // NodePort addresses and rules are: with --netns that is not the namespace
 // the process runs in.
 func (b *Backend) Listen(network, address string) (net.Listener, error) {
-	if b.closed.Load() {
-		return nil, errClosed
-	}
 	var l net.Listener
 	err := b.ns.do(func() error {
 		var err error
@@ -176,14 +188,10 @@ func ownTable(main, name string) bool {
 // failure) writes the whole table in one batch; otherwise only the ports in
 // changes.Ports are rewritten, also in one batch.
 func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.Changes) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := ctx.Err(); err != nil {
+	if err := b.lockOpen(ctx); err != nil {
 		return err
 	}
-	if b.closed.Load() {
-		return errClosed
-	}
+	defer b.mu.Unlock()
 	if !b.probed {
 		if err := b.probeKernel(); err != nil {
 			return err

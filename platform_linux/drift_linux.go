@@ -26,14 +26,10 @@ import (
 // last batch. It costs one netlink round trip when nobody else committed
 // anything, and one dump of the table list (O(tables)) when someone did.
 func (b *Backend) CheckDrift(ctx context.Context) ([]string, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed.Load() {
-		return nil, errClosed
-	}
-	if err := ctx.Err(); err != nil {
+	if err := b.lockOpen(ctx); err != nil {
 		return nil, err
 	}
+	defer b.mu.Unlock()
 	if b.applied == nil {
 		return nil, nil // the next sync is full anyway
 	}
@@ -160,11 +156,6 @@ func (b *Backend) WatchDrift(ctx context.Context, changed func(what string)) err
 // nf_tables notifications, with a short receive timeout so WatchDrift sees
 // its context end.
 func (b *Backend) openWatch() (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed.Load() {
-		return -1, errClosed
-	}
 	var fd int
 	err := b.ns.do(func() error {
 		var err error
@@ -205,30 +196,25 @@ func notifiedTable(attrs []byte) string {
 	return ""
 }
 
-// notificationKind names what an nf_tables notification says happened: the
-// kind of object and what became of it.
+// notificationKinds name what each nf_tables notification says happened:
+// the kind of object and what became of it.
+var notificationKinds = map[int][2]string{
+	unix.NFT_MSG_NEWTABLE:   {"table", "added or changed"},
+	unix.NFT_MSG_DELTABLE:   {"table", "deleted"},
+	unix.NFT_MSG_NEWCHAIN:   {"chain", "added or changed"},
+	unix.NFT_MSG_DELCHAIN:   {"chain", "deleted"},
+	unix.NFT_MSG_NEWRULE:    {"rule", "added"},
+	unix.NFT_MSG_DELRULE:    {"rule", "deleted"},
+	unix.NFT_MSG_NEWSET:     {"set", "added"},
+	unix.NFT_MSG_DELSET:     {"set", "deleted"},
+	unix.NFT_MSG_NEWSETELEM: {"set element", "added"},
+	unix.NFT_MSG_DELSETELEM: {"set element", "deleted"},
+}
+
+// notificationKind is notificationKinds' entry for msg, or a generic one.
 func notificationKind(msg int) (object, what string) {
-	switch msg {
-	case unix.NFT_MSG_NEWTABLE:
-		return "table", "added or changed"
-	case unix.NFT_MSG_DELTABLE:
-		return "table", "deleted"
-	case unix.NFT_MSG_NEWCHAIN:
-		return "chain", "added or changed"
-	case unix.NFT_MSG_DELCHAIN:
-		return "chain", "deleted"
-	case unix.NFT_MSG_NEWRULE:
-		return "rule", "added"
-	case unix.NFT_MSG_DELRULE:
-		return "rule", "deleted"
-	case unix.NFT_MSG_NEWSET:
-		return "set", "added"
-	case unix.NFT_MSG_DELSET:
-		return "set", "deleted"
-	case unix.NFT_MSG_NEWSETELEM:
-		return "set element", "added"
-	case unix.NFT_MSG_DELSETELEM:
-		return "set element", "deleted"
+	if k, ok := notificationKinds[msg]; ok {
+		return k[0], k[1]
 	}
 	return fmt.Sprintf("object (message %d)", msg), "changed"
 }

@@ -31,14 +31,10 @@ var kubeProxySigns = []struct {
 // OtherProxies looks for kube-proxy's tables and chains in the backend's
 // namespace: four lookups by name, whatever the size of the ruleset.
 func (b *Backend) OtherProxies(ctx context.Context) ([]platform.OtherProxy, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed.Load() {
-		return nil, errClosed
-	}
-	if err := ctx.Err(); err != nil {
+	if err := b.lockOpen(ctx); err != nil {
 		return nil, err
 	}
+	defer b.mu.Unlock()
 	var evidence []string
 	for _, s := range kubeProxySigns {
 		found, err := b.batches.exists(b.ns, s.family, s.table, s.chain)

@@ -23,9 +23,6 @@ import (
 // every frontend of svc found in the frontend maps, the endpoints its chains
 // spread new connections over, and the live conntrack entries to it.
 func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*platform.ProgrammedService, error) {
-	if b.closed.Load() {
-		return nil, errClosed
-	}
 	out := &platform.ProgrammedService{Service: svc}
 	fronts := map[frontendKey]bool{}
 	// The namespace handle is held while the tables are read, not while

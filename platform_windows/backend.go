@@ -209,8 +209,9 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 			return fmt.Errorf("hns: check load balancers for drift: %w", err)
 		}
 		b.checked = b.now()
-		b.noteOthers(lbs)
-		if drift = b.drifted(lbs); len(drift) > 0 {
+		if drift = b.drifted(lbs); len(drift) == 0 {
+			b.noteOthers(lbs) // a repair's refresh notes them (adopt)
+		} else {
 			b.log.WithField("drifted", strings.Join(drift, "; ")).Warn("load balancers changed or gone behind crossproxy's back: repairing them in this sync")
 			if b.cfg.Repairs != nil {
 				b.cfg.Repairs.Repaired("load balancer", len(drift))
