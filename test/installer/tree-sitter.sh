@@ -20,6 +20,12 @@ install)
   # interrupted install never looks complete.
   tmp=$(mktemp -d "$dir.tmp.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
+  # tree-sitter builds a native module; node-gyp downloads Node's headers
+  # unless told where they are. Debian's nodejs ships them in /usr/include/node,
+  # so use those (a machine without network access to nodejs.org has no other).
+  if [ -z "${npm_config_nodedir:-}" ] && [ -f /usr/include/node/node.h ]; then
+    export npm_config_nodedir=/usr
+  fi
   (cd "$tmp" && npm install --no-audit --no-fund --silent --no-save \
     "tree-sitter@$tree_sitter" "tree-sitter-powershell@$ps_grammar")
   touch "$tmp/.complete"
