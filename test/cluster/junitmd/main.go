@@ -1,16 +1,18 @@
 // Command junitmd turns the JUnit reports of the conformance run
 // (conformance.sh: Kubernetes' e2e network specs against crossproxy and
 // kube-proxy) into the Markdown table of test/results/conformance.md: one
-// row per selected spec, one column per proxy, the counts, and each step's
-// wall time and load average. With -check it instead fails when a selected
+// row per selected spec, one column per run (a proxy on a single-stack or
+// a dual-stack cluster), the counts, each step's wall time and load
+// average, and the focus file's skip lines with their reasons. With -check it instead fails when a selected
 // spec did not pass, for make test-conformance-short.
 //
 //	junitmd -focus conformance.focus -mode full \
 //	  -run crossproxy=bin/conformance/crossproxy -run kube-proxy=bin/conformance/kube-proxy \
 //	  [-notes conformance-notes.md] [-meta TEXT] -out test/results/conformance.md
 //
-// Each run directory holds junit_01.xml (e2e.test --report-dir) and
-// steps.tsv (step, seconds, load before, load after).
+// Each run directory holds junit_01.xml (e2e.test --report-dir),
+// steps.tsv (step, seconds, load before, load after) and stack (single or
+// dual: the skip-single lines apply to single).
 package main
 
 import (
@@ -33,7 +35,7 @@ func main() {
 	meta := flag.String("meta", "", "how the numbers were made: command, times, load")
 	outFile := flag.String("out", "", "the Markdown file to write (default stdout)")
 	check := flag.Bool("check", false, "print a summary and exit 1 unless every selected spec passed in every run")
-	flag.Var(&runs, "run", "NAME=DIR, repeated: a proxy's result directory, in column order")
+	flag.Var(&runs, "run", "NAME=DIR, repeated: a run's result directory, in column order")
 	flag.Parse()
 	if *focusFile == "" || len(runs) == 0 {
 		fmt.Fprintln(os.Stderr, "junitmd: need -focus and at least one -run")

@@ -14,32 +14,52 @@ import (
 )
 
 // selection is the focus file's regexps for one mode: a spec is selected
-// when it matches a focus and no skip, as Ginkgo selects it.
+// when it matches a focus and no skip, as Ginkgo selects it; on a
+// single-stack cluster the skip-single lines leave out more.
 type selection struct {
-	focus, skip []*regexp.Regexp
+	focus      []*regexp.Regexp
+	skip       []skipLine // never run
+	skipSingle []skipLine // not run on a single-stack cluster
 }
 
-func (s selection) selects(name string) bool {
-	hit := false
+// skipLine is a skip or skip-single line with its reason: the comment
+// lines right above it in the focus file.
+type skipLine struct {
+	re     *regexp.Regexp
+	reason string
+}
+
+func (s selection) focused(name string) bool {
 	for _, f := range s.focus {
 		if f.MatchString(name) {
-			hit = true
-			break
+			return true
 		}
 	}
-	if !hit {
-		return false
-	}
-	for _, k := range s.skip {
-		if k.MatchString(name) {
-			return false
-		}
-	}
-	return true
+	return false
 }
 
-// readSelection parses `focus|skip|short REGEXP` lines; mode full takes the
-// focus lines, short the short lines; skip lines apply to both.
+func matching(lines []skipLine, name string) *skipLine {
+	for i := range lines {
+		if lines[i].re.MatchString(name) {
+			return &lines[i]
+		}
+	}
+	return nil
+}
+
+// selects: the spec runs on some cluster (a row of the table).
+func (s selection) selects(name string) bool {
+	return s.focused(name) && matching(s.skip, name) == nil
+}
+
+// selectsOn: the spec runs on a cluster of this stack (single or dual).
+func (s selection) selectsOn(name, stack string) bool {
+	return s.selects(name) && (stack != "single" || matching(s.skipSingle, name) == nil)
+}
+
+// readSelection parses `focus|short|skip|skip-single REGEXP` lines; mode
+// full takes the focus lines, short the short lines; skip lines apply to
+// both. Every skip line needs its reason in the comment lines above it.
 func readSelection(file, mode string) (selection, error) {
 	var s selection
 	f, err := os.Open(file)
@@ -48,24 +68,39 @@ func readSelection(file, mode string) (selection, error) {
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
+	var comment []string
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
+		if line == "" {
+			comment = nil
 			continue
 		}
+		if c, ok := strings.CutPrefix(line, "#"); ok {
+			comment = append(comment, strings.TrimSpace(c))
+			continue
+		}
+		reason := strings.Join(comment, " ")
+		comment = nil
 		kind, re, _ := strings.Cut(line, " ")
 		rx, err := regexp.Compile(strings.TrimSpace(re))
 		if err != nil {
 			return s, fmt.Errorf("%s:%d: %w", file, n, err)
 		}
 		switch {
-		case kind == "skip":
-			s.skip = append(s.skip, rx)
+		case kind == "skip" || kind == "skip-single":
+			if reason == "" {
+				return s, fmt.Errorf("%s:%d: a %s line needs its reason in a comment right above it", file, n, kind)
+			}
+			if kind == "skip" {
+				s.skip = append(s.skip, skipLine{rx, reason})
+			} else {
+				s.skipSingle = append(s.skipSingle, skipLine{rx, reason})
+			}
 		case kind == "focus" && mode == "full", kind == "short" && mode == "short":
 			s.focus = append(s.focus, rx)
 		case kind == "focus", kind == "short":
 		default:
-			return s, fmt.Errorf("%s:%d: unknown kind %q (want focus, skip or short)", file, n, kind)
+			return s, fmt.Errorf("%s:%d: unknown kind %q (want focus, skip, skip-single or short)", file, n, kind)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -118,14 +153,24 @@ type step struct {
 
 type runResult struct {
 	name  string
+	stack string             // the cluster's: single (IPv4) or dual
 	specs map[string]outcome // by spec name without the "[It] " prefix
 	steps []step
 }
 
-// loadRun reads a run directory's junit_01.xml and steps.tsv. Only [It]
-// specs count; the suite's setup nodes are not tests.
+// loadRun reads a run directory's junit_01.xml, steps.tsv and stack (the
+// cluster's, "single" or "dual"; single when the file is missing). Only
+// [It] specs count; the suite's setup nodes are not tests.
 func loadRun(name, dir string) (runResult, error) {
-	rr := runResult{name: name, specs: map[string]outcome{}}
+	rr := runResult{name: name, stack: "single", specs: map[string]outcome{}}
+	if b, err := os.ReadFile(filepath.Join(dir, "stack")); err == nil {
+		rr.stack = strings.TrimSpace(string(b))
+		if rr.stack != "single" && rr.stack != "dual" {
+			return rr, fmt.Errorf("%s: stack %q: want single or dual", name, rr.stack)
+		}
+	} else if !os.IsNotExist(err) {
+		return rr, fmt.Errorf("%s: %w", name, err)
+	}
 	b, err := os.ReadFile(filepath.Join(dir, "junit_01.xml"))
 	if err != nil {
 		return rr, fmt.Errorf("%s: %w", name, err)
@@ -220,26 +265,48 @@ func readSteps(file string) ([]step, error) {
 type table struct {
 	specs []string // selected specs seen in any run, sorted
 	runs  []runResult
+	sel   selection
+	// left out: focused specs the reports list that a skip line leaves
+	// out everywhere, by the line's index in sel.skip
+	left map[int][]string
 }
 
 func buildTable(sel selection, runs []runResult) table {
 	seen := map[string]bool{}
 	var specs []string
+	left := map[int][]string{}
 	for _, r := range runs {
 		for s := range r.specs {
-			if !seen[s] && sel.selects(s) {
-				seen[s] = true
+			if seen[s] || !sel.focused(s) {
+				continue
+			}
+			seen[s] = true
+			if sel.selects(s) {
 				specs = append(specs, s)
+				continue
+			}
+			for i := range sel.skip {
+				if sel.skip[i].re.MatchString(s) {
+					left[i] = append(left[i], s)
+					break
+				}
 			}
 		}
 	}
 	sort.Strings(specs)
-	return table{specs: specs, runs: runs}
+	for _, l := range left {
+		sort.Strings(l)
+	}
+	return table{specs: specs, runs: runs, sel: sel, left: left}
 }
 
 // cell is a spec's result for the table; a spec a run did not report is
-// "not run" (its e2e.test stopped early).
+// "not run" (its e2e.test stopped early), one its cluster's stack leaves
+// out is "not selected".
 func (t table) cell(r runResult, spec string) string {
+	if !t.sel.selectsOn(spec, r.stack) {
+		return "not selected (" + r.stack + "-stack cluster)"
+	}
 	o, ok := r.specs[spec]
 	if !ok {
 		return "not run"
@@ -259,11 +326,12 @@ func mdEscape(s string) string {
 }
 
 // counts are a run's pass, fail, skipped and not-run numbers over the
-// table's specs.
+// table's specs that its cluster's stack selects.
 func (t table) counts(r runResult) (pass, fail, skipped, notRun int) {
 	for _, s := range t.specs {
 		o, ok := r.specs[s]
 		switch {
+		case !t.sel.selectsOn(s, r.stack):
 		case !ok:
 			notRun++
 		case o.state == "pass":
@@ -284,7 +352,7 @@ func (t table) markdown(sel selection, meta, notes string) string {
 	if meta != "" {
 		b.WriteString(": " + meta)
 	}
-	b.WriteString(".\nThe specs are those of test/cluster/conformance.focus that ran; each proxy on a fresh two-node cluster (test/cluster/README.md).\n\n")
+	b.WriteString(".\nThe specs are those of test/cluster/conformance.focus that ran; each run on a fresh three-node cluster, one node in each of zones a, b and c, IPv4 only (single) or dual-stack with IPv4 primary (dual) (test/cluster/README.md).\n\n")
 	b.WriteString("| # | spec |")
 	sep := "| --- | --- |"
 	for _, r := range t.runs {
@@ -304,15 +372,16 @@ func (t table) markdown(sel selection, meta, notes string) string {
 		b.WriteString(" " + r.name + " |")
 	}
 	b.WriteString("\n| --- |" + strings.Repeat(" --- |", len(t.runs)) + "\n")
-	for i, label := range []string{"pass", "fail", "skipped", "not run"} {
+	for i, label := range []string{"pass", "fail", "skipped", "not run", "not selected"} {
 		b.WriteString("| " + label + " |")
 		for _, r := range t.runs {
 			p, f, s, n := t.counts(r)
-			fmt.Fprintf(&b, " %d |", []int{p, f, s, n}[i])
+			fmt.Fprintf(&b, " %d |", []int{p, f, s, n, len(t.specs) - p - f - s - n}[i])
 		}
 		b.WriteString("\n")
 	}
 	b.WriteString(t.stepsTable())
+	b.WriteString(t.leftOut())
 	if notes != "" {
 		b.WriteString("\n" + strings.TrimSpace(notes) + "\n")
 	}
@@ -360,6 +429,35 @@ func (t table) stepsTable() string {
 	return b.String()
 }
 
+// leftOut lists the focus file's skip lines with their reasons and the
+// focused specs each left out (as the reports list them: Ginkgo reports
+// the specs its filters skip).
+func (t table) leftOut() string {
+	if len(t.sel.skip)+len(t.sel.skipSingle) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n## Left out by the focus file\n\n")
+	b.WriteString("| skip line (regexp) | where | reason | focused specs it leaves out |\n| --- | --- | --- | --- |\n")
+	for i, l := range t.sel.skip {
+		specs := "-"
+		if len(t.left[i]) > 0 {
+			specs = fmt.Sprintf("%d: %s", len(t.left[i]), mdEscape(strings.Join(t.left[i], "; ")))
+		}
+		fmt.Fprintf(&b, "| `%s` | every cluster | %s | %s |\n", mdEscape(l.re.String()), mdEscape(l.reason), specs)
+	}
+	for _, l := range t.sel.skipSingle {
+		n := 0
+		for _, s := range t.specs {
+			if l.re.MatchString(s) {
+				n++
+			}
+		}
+		fmt.Fprintf(&b, "| `%s` | single-stack clusters | %s | %d (\"not selected\" in the single-stack columns) |\n", mdEscape(l.re.String()), mdEscape(l.reason), n)
+	}
+	return b.String()
+}
+
 // check summarizes the runs and reports whether every selected spec passed
 // in every run (and there was at least one).
 func (t table) check() (string, bool) {
@@ -372,6 +470,9 @@ func (t table) check() (string, bool) {
 			ok = false
 		}
 		for _, spec := range t.specs {
+			if !t.sel.selectsOn(spec, r.stack) {
+				continue
+			}
 			if o, found := r.specs[spec]; !found || o.state != "pass" {
 				fmt.Fprintf(&b, "  %s: %s\n", spec, t.cell(r, spec))
 			}

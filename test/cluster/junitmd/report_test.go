@@ -11,7 +11,11 @@ const focusFile = `# comment
 focus \[sig-network\] Services .*\[Conformance\]
 focus \[sig-network\] Traffic Distribution
 
+# They restart components
+# the cluster runs as host daemons.
 skip \[Disruptive\]|\[Serial\]
+# Needs a second pod CIDR.
+skip-single PreferClose
 short \[sig-network\] Services should serve a basic endpoint from pods
 `
 
@@ -73,6 +77,15 @@ func TestReadSelection(t *testing.T) {
 			t.Errorf("full selects %q = %v, want %v", name, got, want)
 		}
 	}
+	if len(full.skip) != 1 || full.skip[0].reason != "They restart components the cluster runs as host daemons." ||
+		len(full.skipSingle) != 1 || full.skipSingle[0].reason != "Needs a second pod CIDR." {
+		t.Errorf("skip lines and reasons: %+v %+v", full.skip, full.skipSingle)
+	}
+	td := "[sig-network] Traffic Distribution should route traffic when using PreferClose"
+	if !full.selectsOn(td, "dual") || full.selectsOn(td, "single") {
+		t.Errorf("skip-single: selectsOn(dual) = %v, selectsOn(single) = %v, want true, false",
+			full.selectsOn(td, "dual"), full.selectsOn(td, "single"))
+	}
 	short, err := readSelection(f, "short")
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +94,8 @@ func TestReadSelection(t *testing.T) {
 		short.selects("[sig-network] Traffic Distribution should route traffic when using PreferClose") {
 		t.Errorf("short selection = %+v", short)
 	}
-	for _, bad := range []string{"focus [unclosed\n", "fokus x\n", "skip x\n"} {
+	// A skip line needs a reason right above it (a blank line ends one).
+	for _, bad := range []string{"focus [unclosed\n", "fokus x\n", "focus x\nskip y\n", "focus x\n# why\n\nskip y\n", "# why\nskip x\n"} {
 		if _, err := readSelection(writeFocus(t, bad), "full"); err == nil {
 			t.Errorf("focus file %q accepted", bad)
 		}
@@ -100,9 +114,17 @@ func TestTableFromReports(t *testing.T) {
 	// The second run stopped before two specs.
 	short := strings.Replace(junitXML, `<testcase name="[It] [sig-network] Services should complete a service status lifecycle [Conformance]" classname="Kubernetes e2e suite" status="timedout" time="300"><failure type="timedout">[TIMEDOUT] A suite timeout occurred</failure></testcase>`, "", 1)
 	short = strings.Replace(short, `status="failed" time="130.2"><failure type="failed">[FAILED] service is not reachable within 2m0s timeout on endpoint nodeport-test:80 over TCP protocol | a pipe&#xA;In [It] at: service.go:1310 @ 12/03/26 08:02:00</failure>`, `status="passed" time="20">`, 1)
-	b, err := loadRun("kube-proxy", writeRun(t, short, "cluster up\t20.0\t1\t2\nstart kube-proxy\t1.0\t2\t2\ne2e specs\t500.0\t2\t3\nstop kube-proxy\t0.5\t3\t3\n"))
+	// The second run was on a dual-stack cluster.
+	bdir := writeRun(t, short, "cluster up\t20.0\t1\t2\nstart kube-proxy\t1.0\t2\t2\ne2e specs\t500.0\t2\t3\nstop kube-proxy\t0.5\t3\t3\n")
+	if err := os.WriteFile(filepath.Join(bdir, "stack"), []byte("dual\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := loadRun("kube-proxy", bdir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if a.stack != "single" || b.stack != "dual" {
+		t.Errorf("stacks %q %q, want single (no file) and dual", a.stack, b.stack)
 	}
 	tb := buildTable(sel, []runResult{a, b})
 	want := []string{
@@ -118,7 +140,7 @@ func TestTableFromReports(t *testing.T) {
 		want[0]: {`**fail** (130 s): service is not reachable within 2m0s timeout on endpoint nodeport-test:80 over TCP protocol \| a pipe`, "pass (20 s)"},
 		want[1]: {"**fail** (300 s): timedout: [TIMEDOUT] A suite timeout occurred", "not run"},
 		want[2]: {"pass (12 s)", "pass (12 s)"},
-		want[3]: {"skipped: got 2 zones with schedulable nodes, need at least 3", "skipped: got 2 zones with schedulable nodes, need at least 3"},
+		want[3]: {"not selected (single-stack cluster)", "skipped: got 2 zones with schedulable nodes, need at least 3"},
 	}
 	for spec, w := range cells {
 		if got := tb.cell(a, spec); got != w[0] {
@@ -128,8 +150,8 @@ func TestTableFromReports(t *testing.T) {
 			t.Errorf("kube-proxy %s:\n got %s\nwant %s", spec, got, w[1])
 		}
 	}
-	if p, f, s, n := tb.counts(a); p != 1 || f != 2 || s != 1 || n != 0 {
-		t.Errorf("crossproxy counts %d %d %d %d, want 1 2 1 0", p, f, s, n)
+	if p, f, s, n := tb.counts(a); p != 1 || f != 2 || s != 0 || n != 0 {
+		t.Errorf("crossproxy counts %d %d %d %d, want 1 2 0 0", p, f, s, n)
 	}
 	if p, f, s, n := tb.counts(b); p != 2 || f != 0 || s != 1 || n != 1 {
 		t.Errorf("kube-proxy counts %d %d %d %d, want 2 0 1 1", p, f, s, n)
@@ -140,6 +162,10 @@ func TestTableFromReports(t *testing.T) {
 		"| 3 | [sig-network] Services should serve a basic endpoint from pods [Conformance] | pass (12 s) | pass (12 s) |",
 		"| fail | 2 | 0 |",
 		"| not run | 0 | 1 |",
+		"| not selected | 1 | 0 |",
+		// Each skip line with its reason and the focused specs it left out.
+		"| `\\[Disruptive\\]\\|\\[Serial\\]` | every cluster | They restart components the cluster runs as host daemons. | 1: [sig-network] Services should work after restarting kube-proxy [Disruptive] [Conformance] |",
+		"| `PreferClose` | single-stack clusters | Needs a second pod CIDR. | 1 (\"not selected\" in the single-stack columns) |",
 		// Each run's own steps sit where that run took them.
 		"| cluster up | 30 s (3.10 → 4.20) | 20 s (1 → 2) |\n| start kube-proxy | - | 1 s (2 → 2) |\n| e2e specs | 600 s (4.20 → 5.00) | 500 s (2 → 3) |\n| stop kube-proxy | - | 0 s (3 → 3) |",
 		"make conformance at load 4",
