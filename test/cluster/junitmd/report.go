@@ -385,6 +385,33 @@ func (t table) markdown(sel selection, meta, notes string) string {
 	if notes != "" {
 		b.WriteString("\n" + strings.TrimSpace(notes) + "\n")
 	}
+	b.WriteString(t.closing())
+	return b.String()
+}
+
+// closing sums each run up in one line: its counts, the wall time of its
+// specs and of the whole run (every step, cluster up to cluster down).
+func (t table) closing() string {
+	var b strings.Builder
+	b.WriteString("\n## In short\n\n")
+	for _, r := range t.runs {
+		p, f, s, n := t.counts(r)
+		var specs, all float64
+		for _, st := range r.steps {
+			all += st.seconds
+			if st.name == "e2e specs" {
+				specs = st.seconds
+			}
+		}
+		fmt.Fprintf(&b, "- %s: %d pass, %d fail, %d skipped", r.name, p, f, s)
+		if n > 0 {
+			fmt.Fprintf(&b, ", %d not run", n)
+		}
+		if len(r.steps) > 0 {
+			fmt.Fprintf(&b, "; specs %.0f s, the run %.0f s (cluster up to down)", specs, all)
+		}
+		b.WriteString(".\n")
+	}
 	return b.String()
 }
 

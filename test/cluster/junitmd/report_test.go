@@ -170,6 +170,9 @@ func TestTableFromReports(t *testing.T) {
 		"| cluster up | 30 s (3.10 → 4.20) | 20 s (1 → 2) |\n| start kube-proxy | - | 1 s (2 → 2) |\n| e2e specs | 600 s (4.20 → 5.00) | 500 s (2 → 3) |\n| stop kube-proxy | - | 0 s (3 → 3) |",
 		"make conformance at load 4",
 		"## Exceptions",
+		// The closing lines: counts and times per run.
+		"- crossproxy: 1 pass, 2 fail, 0 skipped; specs 600 s, the run 630 s (cluster up to down).",
+		"- kube-proxy: 2 pass, 0 fail, 1 skipped, 1 not run; specs 500 s, the run 522 s (cluster up to down).",
 	} {
 		if !strings.Contains(md, line+"\n") && !strings.Contains(md, line) {
 			t.Errorf("markdown lacks %q:\n%s", line, md)
