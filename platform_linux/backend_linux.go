@@ -311,7 +311,11 @@ func (b *Backend) syncPartial(ctx context.Context, state *core.NodeState, change
 			ports[k] = nil
 			continue
 		}
-		ports[k] = buildPort(p, dets.of(state, k.Family), cfg)
+		var prev *portSlots
+		if ap, ok := b.applied.Ports[k]; ok {
+			prev = ap.slots
+		}
+		ports[k] = buildPort(p, dets.of(state, k.Family), cfg, prev)
 	}
 	b.logSkipped(skipped)
 	plan := planPartial(b.applied, ports)
@@ -442,6 +446,13 @@ func nftSet(t *nftables.Table, s Set) *nftables.Set {
 	case SetFrontends:
 		ns.KeyType = nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService)
 		ns.DataType = nftables.TypeVerdict
+		ns.IsMap, ns.Concatenation = true, true
+	case SetKeys:
+		ns.KeyType = nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService)
+		ns.Concatenation = true
+	case SetEndpoints:
+		ns.KeyType = nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeInteger)
+		ns.DataType = nftables.MustConcatSetType(addr, nftables.TypeInetService)
 		ns.IsMap, ns.Concatenation = true, true
 	case SetAddrs:
 		ns.KeyType = addr

@@ -65,7 +65,7 @@ func TestBackendFullAndPartialSync(t *testing.T) {
 		t.Fatalf("full sync: %v", err)
 	}
 	got := nftIn(t, ns, "list", "ruleset")
-	for _, want := range []string{"numgen random mod 2 0 dnat ip to 10.244.1.5:8080", "10.96.0.53 . udp . 53", "ip saddr 198.51.100.0/24 goto fw-"} {
+	for _, want := range []string{"10.96.0.10 . tcp . 80 . 0 : 10.244.1.5 . 8080", "10.96.0.53 . udp . 53", "ip saddr 198.51.100.0/24 goto fw-"} {
 		if !strings.Contains(got, want) && !strings.Contains(got, strings.Replace(want, "goto fw-", "goto ext-", 1)) {
 			t.Errorf("table lacks %q:\n%s", want, got)
 		}
@@ -105,7 +105,7 @@ func TestBackendFullAndPartialSync(t *testing.T) {
 		t.Errorf("expected a partial sync with commands, got %+v", s)
 	}
 	got = nftIn(t, ns, "list", "ruleset")
-	if !strings.Contains(got, "numgen random mod 3 0 dnat ip to 10.244.1.5:8080") || !strings.Contains(got, "10.244.3.3 . 10.244.3.3") {
+	if !strings.Contains(got, "10.96.0.10 . tcp . 80 . 2 : 10.244.3.3 . 8080") || !strings.Contains(got, "10.244.3.3 . 10.244.3.3") {
 		t.Errorf("partial sync not applied:\n%s", got)
 	}
 	if strings.Contains(got, "default/empty") || strings.Contains(got, "10.96.0.30") {
@@ -165,7 +165,8 @@ func TestFailedBatchChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := nftIn(t, ns, "list", "ruleset")
-	webPort := b.applied.objects(key("default", "web", "http", "TCP", "IPv4"))
+	// default/dns has ClientIP affinity, so chains of its own in a shard.
+	webPort := b.applied.objects(key("default", "dns", "dns", "UDP", "IPv4"))
 	web := webPort.Chains[0]
 	shard := shardTable("crossproxy", webPort.Shard)
 	bad := &batch{Ops: []Op{
@@ -298,7 +299,7 @@ func TestLocalhostNodePortFollowsCoreClaims(t *testing.T) {
 		t.Fatalf("full sync: %v", err)
 	}
 	got := nftIn(t, ns, "list", "ruleset")
-	if n := strings.Count(got, "127.0.0.1 . tcp . 30080"); n != 1 {
+	if n := strings.Count(got, "127.0.0.1 . tcp . 30080 comment"); n != 1 {
 		t.Errorf("want one localhost NodePort frontend, found %d:\n%s", n, got)
 	}
 }
@@ -343,14 +344,14 @@ func TestPartialSyncMovesFrontendBetweenServices(t *testing.T) {
 }
 
 // TestBatchOverManyChunks sends a full sync larger than several batch chunks
-// (about 3 MiB: 1,000 Services x 10 endpoints), then a batch whose refused
+// (about 3.5 MiB: 3,000 Services x 10 endpoints), then a batch whose refused
 // command lies in its last chunk: the first must program every rule, the
 // second must be refused as a whole, naming that command, with the table
 // unchanged. Both prove the chunks reach the kernel as one batch.
 func TestBatchOverManyChunks(t *testing.T) {
 	ns := testNS(t)
 	b := newTestBackend(t, ns)
-	st := scaleStateN(1000, 10)
+	st := scaleStateN(3000, 10)
 	if err := b.Sync(context.Background(), st, core.Changes{Full: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -360,29 +361,25 @@ func TestBatchOverManyChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	if chunks, size := enc.all(); len(chunks) < 3 || size < 2*batchChunk {
-		t.Fatalf("a full sync of 1,000 Services encoded to %d bytes in %d chunks; the test needs several", size, len(chunks))
+		t.Fatalf("a full sync of 3,000 Services encoded to %d bytes in %d chunks; the test needs several", size, len(chunks))
 	}
 	ruleset := nftIn(t, ns, "list", "ruleset")
-	if n := strings.Count(ruleset, "dnat ip to "); n != 10000 {
-		t.Fatalf("%d dnat rules programmed, want 10,000 (%d commands sent)", n, full.Commands)
+	if n := strings.Count(ruleset, " . 8080"); n != 30000 {
+		t.Fatalf("%d endpoint elements programmed, want 30,000 (%d commands sent)", n, full.Commands)
 	}
 
-	// Rewrite every Service chain, then refer to a missing chain at the end.
+	// Write every endpoint element again, then refer to a missing chain at the end.
 	bad := &batch{}
-	var last *Chain
-	var lastShard string
 	for k := range b.applied.Ports {
-		p := b.applied.objects(k)
-		shard := shardTable("crossproxy", p.Shard)
-		for _, c := range p.Chains {
-			bad.add(Op{Kind: OpFlushChain, Table: shard, Chain: c})
-			for _, r := range c.Rules {
-				bad.add(Op{Kind: OpAddRule, Table: shard, Chain: c, Rule: r})
+		for _, se := range b.applied.objects(k).Shared {
+			if se.set.Kind == SetEndpoints {
+				bad.add(Op{Kind: OpDelElements, Table: "crossproxy", Set: *se.set, Elements: []element{se.e}})
+				bad.add(Op{Kind: OpAddElements, Table: "crossproxy", Set: *se.set, Elements: []element{se.e}})
 			}
-			last, lastShard = c, shard
 		}
 	}
-	bad.add(Op{Kind: OpAddRule, Table: lastShard, Chain: last, Rule: Rule{Verdict{Kind: "goto", Chain: "no-such-chain"}}})
+	last := &Chain{Name: shared("IPv4").services}
+	bad.add(Op{Kind: OpAddRule, Table: "crossproxy", Chain: last, Rule: Rule{Verdict{Kind: "goto", Chain: "no-such-chain"}}})
 	err = b.apply(bad)
 	if err == nil {
 		t.Fatal("the kernel accepted a goto to a missing chain")

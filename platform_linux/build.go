@@ -78,6 +78,9 @@ type portObjects struct {
 	AffinitySets []Set
 	ClusterIP    netip.Addr
 	Endpoints    []netip.Addr
+	// Shared are the elements of a shared-map port (maps.go) in the main
+	// table's sets; such a port has no chains, frontends or affinity sets.
+	Shared []sharedElem
 }
 
 // globals are the objects that are not a Service port's: the main table's
@@ -217,7 +220,7 @@ func Build(state *core.NodeState, cfg Config) *ruleset {
 	rs := &ruleset{Table: f.table, Shards: f.cfg.Shards, Globals: f.globals, Skipped: f.skipped,
 		Ports: make([]*portObjects, len(f.keys))}
 	for i, k := range f.keys {
-		rs.Ports[i] = buildPort(state.Ports[k], f.dets.of(state, k.Family), f.cfg)
+		rs.Ports[i] = buildPort(state.Ports[k], f.dets.of(state, k.Family), f.cfg, nil)
 	}
 	return rs
 }
@@ -235,13 +238,20 @@ type fullBuild struct {
 	globals *globals
 	keys    []core.PortKey // the expressible ports, in key order
 	shards  [][]int32      // per shard, indexes into keys
+	mapped  []int32        // the shared-map ports (main table), indexes into keys
 	skipped []Skipped
 	dets    detects
 }
 
 func newFullBuild(state *core.NodeState, cfg Config) *fullBuild {
 	if cfg.Shards <= 0 {
-		cfg.Shards = shardCount(len(state.Ports))
+		own := 0
+		for _, p := range state.Ports {
+			if !mapped(p) {
+				own++
+			}
+		}
+		cfg.Shards = shardCount(own)
 	}
 	f := &fullBuild{state: state, cfg: cfg, table: cfg.table(), globals: buildGlobals(state, cfg),
 		keys: make([]core.PortKey, 0, len(state.Ports)), shards: make([][]int32, cfg.Shards), dets: detects{}}
@@ -253,6 +263,11 @@ func newFullBuild(state *core.NodeState, cfg Config) *fullBuild {
 	for _, k := range f.keys {
 		if why := inexpressible(state.Ports[k]); why != "" {
 			f.skipped = append(f.skipped, Skipped{Key: k, Reason: why})
+			continue
+		}
+		if mapped(state.Ports[k]) {
+			f.mapped = append(f.mapped, int32(len(kept)))
+			kept = append(kept, k)
 			continue
 		}
 		_, shard := portHash(k, cfg.Shards)
@@ -310,6 +325,12 @@ func (f *fullBuild) tables(record func(*portObjects)) iter.Seq[*tableContent] {
 	return func(yield func(*tableContent) bool) {
 		main := mainContent(f.table, f.globals)
 		f.shared().fill(main)
+		for _, j := range f.mapped {
+			k := f.keys[j]
+			p := buildPort(f.state.Ports[k], f.dets.of(f.state, k.Family), f.cfg, nil)
+			main.addShared(p)
+			record(p)
+		}
 		if !yield(main) {
 			return
 		}
@@ -317,7 +338,7 @@ func (f *fullBuild) tables(record func(*portObjects)) iter.Seq[*tableContent] {
 			t := shardContent(f.table, i, f.globals)
 			for _, j := range idx {
 				k := f.keys[j]
-				p := buildPort(f.state.Ports[k], f.dets.of(f.state, k.Family), f.cfg)
+				p := buildPort(f.state.Ports[k], f.dets.of(f.state, k.Family), f.cfg, nil)
 				t.addPort(p)
 				record(p)
 			}
@@ -376,24 +397,48 @@ func buildGlobals(state *core.NodeState, cfg Config) *globals {
 		&Chain{Name: chainMarkMasq, Rules: []Rule{{setMark{masqueradeMark}}}},
 		rejectChain(),
 	)
+	g.ShardChains = append(g.ShardChains, offClusterChains(state, g.Families)...)
 	for _, f := range g.Families {
-		det := state.LocalDetect[f]
-		if det.Implemented() {
-			rules := localSourceRules(f, det, Verdict{Kind: "return"})
-			rules = append(rules, Rule{setMark{masqueradeMark}})
-			g.ShardChains = append(g.ShardChains, &Chain{Name: offClusterChain(f), Rules: rules})
-		}
 		g.Sets = append(g.Sets,
 			Set{Name: clusterIPSet(f), Family: f, Kind: SetAddrs},
 			Set{Name: hairpinSet(f), Family: f, Kind: SetAddrPairs})
 		g.ShardSets = append(g.ShardSets, Set{Name: frontendMap(f), Family: f, Kind: SetFrontends})
 	}
+	// The shared-map layout (maps.go): its dispatch runs at dstnat like the
+	// shards', while the refusal of unused ports waits at dstnat+1.
+	var mapDispatch []Rule
+	for _, f := range g.Families {
+		s := shared(f)
+		mapDispatch = append(mapDispatch, s.dispatchRule())
+		g.Chains = append(g.Chains, s.chains(state.LocalDetect[f])...)
+		g.Sets = append(g.Sets, s.sets...)
+	}
+	g.Chains = append(g.Chains,
+		&Chain{Name: chainDispatchPrerouting, Hook: &hook{"nat", "prerouting", priorityDstNAT}, Rules: mapDispatch},
+		&Chain{Name: chainDispatchOutput, Hook: &hook{"nat", "output", priorityDstNAT}, Rules: mapDispatch},
+		&Chain{Name: chainMarkMasq, Rules: []Rule{{setMark{masqueradeMark}}}})
+	g.Chains = append(g.Chains, offClusterChains(state, g.Families)...)
 	if cfg.LocalhostNodePorts && slices.Contains(g.Families, v1.IPv4Protocol) {
 		g.Chains = append(g.Chains, localnetGuard())
 	}
 	sort.Slice(g.Chains, func(i, j int) bool { return g.Chains[i].Name < g.Chains[j].Name })
 	sort.Slice(g.ShardChains, func(i, j int) bool { return g.ShardChains[i].Name < g.ShardChains[j].Name })
 	return g
+}
+
+// offClusterChains set the masquerade mark on packets from outside the
+// cluster, per the family's local detection (none where it is off).
+func offClusterChains(state *core.NodeState, families []v1.IPFamily) []*Chain {
+	var out []*Chain
+	for _, f := range families {
+		det := state.LocalDetect[f]
+		if det.Implemented() {
+			rules := localSourceRules(f, det, Verdict{Kind: "return"})
+			rules = append(rules, Rule{setMark{masqueradeMark}})
+			out = append(out, &Chain{Name: offClusterChain(f), Rules: rules})
+		}
+	}
+	return out
 }
 
 // localnetGuard is the guard against CVE-2020-8558 that localhost NodePorts
@@ -449,12 +494,18 @@ type portBuilder struct {
 // core.ServicePort), which the kernel needs to take the batch. The result
 // depends only on *p, *detp and cfg, which is what lets the backend keep
 // these three instead of the objects (applied.objects builds them again).
-func buildPort(p *core.ServicePort, detp *core.FamilyLocalDetect, cfg Config) *portObjects {
+func buildPort(p *core.ServicePort, detp *core.FamilyLocalDetect, cfg Config, prev *portSlots) *portObjects {
 	f := p.Key.Family
 	det := *detp
 	hash, shard := portHash(p.Key, cfg.Shards)
 	b := &portBuilder{p: p, det: det, o: &portObjects{Key: p.Key, From: appliedPort{port: p, det: detp}, ClusterIP: p.ClusterIP, Shard: shard},
 		aff: map[string]bool{}}
+	if mapped(p) {
+		b.o.Shard = -1
+		b.mapPort(frontendTargets(p, cfg), prev)
+		b.o.Endpoints = endpointAddrs(p)
+		return b.o
+	}
 	suffix := portChainSuffix(p, hash)
 	name := func(kind string) string { return kind + "-" + suffix }
 	svc := name("svc")
@@ -472,11 +523,10 @@ func buildPort(p *core.ServicePort, detp *core.FamilyLocalDetect, cfg Config) *p
 
 	// External traffic (NodePort, ExternalIP, LoadBalancer).
 	var ext, fw string
-	hasExternal, hasLB, hasNodePort := false, false, false
+	hasExternal, hasLB := false, false
 	for _, fe := range p.Frontends {
 		hasExternal = hasExternal || fe.Kind.External()
 		hasLB = hasLB || fe.Kind == core.FrontendLoadBalancer
-		hasNodePort = hasNodePort || fe.Kind == core.FrontendNodePort
 	}
 	if hasExternal {
 		ext = name("ext")
@@ -523,24 +573,49 @@ func buildPort(p *core.ServicePort, detp *core.FamilyLocalDetect, cfg Config) *p
 		}
 	}
 
+	targets := map[string]string{"svc": svc, "ext": ext, "fw": fw}
+	b.o.Frontends = frontendTargets(p, cfg)
+	for i := range b.o.Frontends {
+		b.o.Frontends[i].Chain = targets[b.o.Frontends[i].Chain]
+	}
+
+	b.o.Endpoints = endpointAddrs(p)
+	return b.o
+}
+
+// frontendTargets are p's frontends as elements whose Chain is "svc" for
+// internal traffic, "ext" or "fw" (LoadBalancer IPs with source ranges) for
+// external traffic; with localhost NodePorts, the 127.0.0.1 NodePort too.
+func frontendTargets(p *core.ServicePort, cfg Config) []element {
+	hasNodePort, hasLB := false, false
 	for _, fe := range p.Frontends {
-		target := svc
+		hasLB = hasLB || fe.Kind == core.FrontendLoadBalancer
+		hasNodePort = hasNodePort || fe.Kind == core.FrontendNodePort
+	}
+	out := make([]element, 0, len(p.Frontends)+1)
+	for _, fe := range p.Frontends {
+		target := "svc"
 		switch {
-		case fe.Kind == core.FrontendLoadBalancer && fw != "":
-			target = fw
+		case fe.Kind == core.FrontendLoadBalancer && hasLB && len(p.SourceRanges) > 0:
+			target = "fw"
 		case fe.Kind.External():
-			target = ext
+			target = "ext"
 		}
-		b.o.Frontends = append(b.o.Frontends, element{Addr: fe.Addr, Proto: p.Protocol, Port: fe.Port, Chain: target, Comment: string(fe.Kind)})
+		out = append(out, element{Addr: fe.Addr, Proto: p.Protocol, Port: fe.Port, Chain: target, Comment: string(fe.Kind)})
 	}
 	// The localhost frontend follows the core's NodePort frontends: a port
 	// whose NodePort another Service claimed has none, and a second
 	// 127.0.0.1 element of that port would make the kernel refuse the batch.
-	if cfg.LocalhostNodePorts && f == v1.IPv4Protocol && hasNodePort {
-		b.o.Frontends = append(b.o.Frontends, element{Addr: netip.AddrFrom4([4]byte{127, 0, 0, 1}), Proto: p.Protocol,
-			Port: p.NodePort, Chain: ext, Comment: string(core.FrontendNodePort)})
+	if cfg.LocalhostNodePorts && p.Key.Family == v1.IPv4Protocol && hasNodePort {
+		out = append(out, element{Addr: netip.AddrFrom4([4]byte{127, 0, 0, 1}), Proto: p.Protocol,
+			Port: p.NodePort, Chain: "ext", Comment: string(core.FrontendNodePort)})
 	}
+	return out
+}
 
+// endpointAddrs are the distinct addresses of p's cluster and local
+// endpoints, for the shared hairpin set.
+func endpointAddrs(p *core.ServicePort) []netip.Addr {
 	// Local endpoints are normally also cluster endpoints: count the
 	// distinct addresses first so the slice the backend keeps is exact.
 	seen := make(map[netip.Addr]bool, len(p.ClusterEndpoints)+len(p.LocalEndpoints))
@@ -549,16 +624,16 @@ func buildPort(p *core.ServicePort, detp *core.FamilyLocalDetect, cfg Config) *p
 			seen[ep.Addr] = true
 		}
 	}
-	b.o.Endpoints = make([]netip.Addr, 0, len(seen))
+	out := make([]netip.Addr, 0, len(seen))
 	for _, set := range [][]core.Endpoint{p.ClusterEndpoints, p.LocalEndpoints} {
 		for _, ep := range set {
 			if seen[ep.Addr] {
 				delete(seen, ep.Addr)
-				b.o.Endpoints = append(b.o.Endpoints, ep.Addr)
+				out = append(out, ep.Addr)
 			}
 		}
 	}
-	return b.o
+	return out
 }
 
 // body spreads new connections over eps: optional affinity lookups, then a

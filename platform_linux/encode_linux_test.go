@@ -2,6 +2,7 @@ package nft
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"syscall"
 	"testing"
@@ -41,10 +42,14 @@ func captureMessages(build func(*nftables.Conn) error) ([]netlink.Message, error
 
 func elementKey(kind setKind, e element) []byte {
 	switch kind {
-	case SetFrontends:
+	case SetFrontends, SetKeys:
 		k := append([]byte(nil), e.Addr.AsSlice()...)
 		k = append(k, l4proto(e.Proto), 0, 0, 0, byte(e.Port>>8), byte(e.Port), 0, 0)
 		return k
+	case SetEndpoints:
+		k := append([]byte(nil), e.Addr.AsSlice()...)
+		k = append(k, l4proto(e.Proto), 0, 0, 0, byte(e.Port>>8), byte(e.Port), 0, 0)
+		return binary.NativeEndian.AppendUint32(k, e.Slot)
 	case SetAddrPairs:
 		return append(e.Addr.AsSlice(), e.Addr2.AsSlice()...)
 	}
@@ -58,6 +63,12 @@ func nftElements(kind setKind, es []element, withData bool) []nftables.SetElemen
 		if withData && kind == SetFrontends {
 			out[i].VerdictData = &expr.Verdict{Kind: expr.VerdictGoto, Chain: e.Chain}
 			out[i].Comment = e.Comment
+		}
+		if withData && kind == SetKeys {
+			out[i].Comment = e.Comment
+		}
+		if withData && kind == SetEndpoints {
+			out[i].Val = append(e.To.Addr().AsSlice(), byte(e.To.Port()>>8), byte(e.To.Port()), 0, 0)
 		}
 	}
 	return out
@@ -202,7 +213,18 @@ func TestOpEncodingMatchesLibrary(t *testing.T) {
 		if m.Header.Type != uint16(w.Header.Type) || flags != wflags {
 			t.Errorf("message %d (%s): type %#x flags %#x, library %#x %#x", i, what, m.Header.Type, flags, uint16(w.Header.Type), wflags)
 		}
-		if !bytes.Equal(m.Data, w.Data) {
+		data := m.Data
+		if i > 0 && i <= len(batch.Ops) && batch.Ops[i-1].Kind == OpAddSet && batch.Ops[i-1].Set.Kind == SetEndpoints {
+			// The library cannot write a set's "typeof" user data, which
+			// comes last: compare the rest, and the user data with nft's.
+			ud := endpointsTypeof[familyIndex(batch.Ops[i-1].Set.Family)]
+			attr := pad4(append(appendHdr(nil, 4+len(ud), unix.NFTA_SET_USERDATA), ud...))
+			if !bytes.HasSuffix(data, attr) {
+				t.Errorf("message %d (%s): no typeof user data", i, what)
+			}
+			data = data[:len(data)-len(attr)]
+		}
+		if !bytes.Equal(data, w.Data) {
 			t.Errorf("message %d (%s): payload differs from the library's\n got %x\nwant %x", i, what, m.Data, w.Data)
 		}
 	}

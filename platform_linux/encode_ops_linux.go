@@ -2,6 +2,7 @@ package nft
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/google/nftables"
@@ -28,8 +29,11 @@ var verdictGoto int32 = unix.NFT_GOTO
 func appendElementKey(b []byte, kind setKind, e element) []byte {
 	b = append(b, e.Addr.AsSlice()...)
 	switch kind {
-	case SetFrontends:
+	case SetFrontends, SetKeys:
 		b = append(b, l4proto(e.Proto), 0, 0, 0, byte(e.Port>>8), byte(e.Port), 0, 0)
+	case SetEndpoints:
+		b = append(b, l4proto(e.Proto), 0, 0, 0, byte(e.Port>>8), byte(e.Port), 0, 0)
+		b = binary.NativeEndian.AppendUint32(b, e.Slot) // numgen writes host order
 	case SetAddrPairs:
 		b = append(b, e.Addr2.AsSlice()...)
 	}
@@ -148,7 +152,11 @@ func appendSet(b []byte, table string, s Set, id uint32) []byte {
 	b = appendU32Attr(b, unix.NFTA_SET_KEY_TYPE, ns.KeyType.GetNFTMagic())
 	b = appendU32Attr(b, unix.NFTA_SET_KEY_LEN, ns.KeyType.Bytes)
 	b = appendU32Attr(b, unix.NFTA_SET_ID, id)
-	if ns.IsMap { // crossproxy's only map is a verdict map
+	switch {
+	case ns.IsMap && s.Kind == SetEndpoints:
+		b = appendU32Attr(b, unix.NFTA_SET_DATA_TYPE, ns.DataType.GetNFTMagic())
+		b = appendU32Attr(b, unix.NFTA_SET_DATA_LEN, ns.DataType.Bytes)
+	case ns.IsMap: // the frontend maps are verdict maps
 		b = appendU32Attr(b, unix.NFTA_SET_DATA_TYPE, uint32(unix.NFT_DATA_VERDICT))
 		b = appendU32Attr(b, unix.NFTA_SET_DATA_LEN, ns.DataType.Bytes)
 	}
@@ -167,6 +175,29 @@ func appendSet(b []byte, table string, s Set, id uint32) []byte {
 		}
 		b = endNest(b, concat)
 		b = endNest(b, desc)
+	}
+	if s.Kind == SetEndpoints {
+		ud := endpointsTypeof[familyIndex(s.Family)]
+		b = pad4(append(appendHdr(b, 4+len(ud), unix.NFTA_SET_USERDATA), ud...))
+	}
+	return b
+}
+
+// endpointsTypeof is the user data of an endpoint map: the key and data
+// declared by the expressions that use them ("typeof ip daddr . meta l4proto
+// . th dport . numgen random mod 1 : ip daddr . th dport"), in the form nft
+// 1.0.6 writes for that declaration. nft has no type name for a random slot;
+// with this, `nft list` prints the map and its elements by those expressions
+// and its output parses again.
+var endpointsTypeof = [2][]byte{
+	mustHex("000400000000010400000000036000040d00000001580014000407000000010c00040c00000001040c000000010e00040900000001060004100000000214000407000000010c00040b000000010402000000031a0004170000000112000401000000010401000000020400000000043400040d000000012c0014000407000000010c00040c00000001040c0000000114000407000000010c00040b000000010402000000060400000000"),
+	mustHex("000400000000010400000000036000040d00000001580014000407000000010c00040d000000010409000000010e00040900000001060004100000000214000407000000010c00040b000000010402000000031a0004170000000112000401000000010401000000020400000000043400040d000000012c0014000407000000010c00040d0000000104090000000114000407000000010c00040b000000010402000000060400000000"),
+}
+
+func mustHex(s string) []byte {
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		panic(err)
 	}
 	return b
 }
@@ -187,6 +218,17 @@ func appendElements(b []byte, op Op, withData bool) []byte {
 		kb := appendElementKey(key[:0], op.Set.Kind, e)
 		b = pad4(append(appendHdr(b, 4+len(kb), unix.NFTA_DATA_VALUE), kb...))
 		b = endNest(b, k)
+		if withData && op.Set.Kind == SetKeys && e.Comment != "" {
+			ud := userdata.AppendString(nil, userdata.NFTNL_UDATA_SET_ELEM_COMMENT, e.Comment)
+			b = pad4(append(appendHdr(b, 4+len(ud), unix.NFTA_SET_ELEM_USERDATA), ud...))
+		}
+		if withData && op.Set.Kind == SetEndpoints {
+			var data int
+			b, data = nest(b, unix.NFTA_SET_ELEM_DATA)
+			to := append(e.To.Addr().AsSlice(), byte(e.To.Port()>>8), byte(e.To.Port()), 0, 0)
+			b = pad4(append(appendHdr(b, 4+len(to), unix.NFTA_DATA_VALUE), to...))
+			b = endNest(b, data)
+		}
 		if withData && op.Set.Kind == SetFrontends {
 			var data, verdict int
 			b, data = nest(b, unix.NFTA_SET_ELEM_DATA)

@@ -78,6 +78,15 @@ func familyCheck(f v1.IPFamily) []expr.Any {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{nfproto(f)}}}
 }
 
+// loadFrontendKey loads "daddr . l4proto . dport" into the registers from
+// reg32 on, after the family check.
+func loadFrontendKey(f v1.IPFamily) []expr.Any {
+	protoReg := reg32 + addrLen(f)/4
+	return append(familyCheck(f), loadAddr(f, false, reg32),
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: protoReg},
+		&expr.Payload{DestRegister: protoReg + 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
+}
+
 // ruleExprs translates a model rule into netlink expressions.
 func ruleExprs(r Rule) ([]expr.Any, error) {
 	var out []expr.Any
@@ -151,6 +160,20 @@ func ruleExprs(r Rule) ([]expr.Any, error) {
 				&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: protoReg},
 				&expr.Payload{DestRegister: protoReg + 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 				&expr.Lookup{SourceRegister: reg32, DestRegister: 0, IsDestRegSet: true, SetName: s.Map})
+		case matchFrontend:
+			out = append(out, loadFrontendKey(s.Family)...)
+			out = append(out, &expr.Lookup{SourceRegister: reg32, SetName: s.Set})
+		case dnatPick:
+			// The key "daddr . l4proto . dport . slot" from reg32 on; the
+			// data "endpoint address . port" lands in reg1, its port in the
+			// 4-byte register after the address.
+			protoReg := reg32 + addrLen(s.Family)/4
+			out = append(out, loadFrontendKey(s.Family)...)
+			out = append(out,
+				&expr.Numgen{Register: protoReg + 2, Modulus: s.Mod, Type: unix.NFT_NG_RANDOM},
+				&expr.Lookup{SourceRegister: reg32, DestRegister: reg1, IsDestRegSet: true, SetName: s.Map},
+				&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(nfproto(s.Family)), RegAddrMin: reg1, RegAddrMax: reg1,
+					RegProtoMin: protoReg, RegProtoMax: protoReg, Specified: true})
 		case setMark:
 			out = append(out, &expr.Meta{Key: expr.MetaKeyMARK, Register: reg1},
 				&expr.Bitwise{SourceRegister: reg1, DestRegister: reg1, Len: 4, Mask: u32(^s.Bit), Xor: u32(s.Bit)},

@@ -47,6 +47,12 @@ const (
 	SetAddrPairs
 	// SetAffinity is a dynamic set of client addresses with a timeout.
 	SetAffinity
+	// SetKeys is a plain set of frontends "address . protocol . port": the
+	// shared-map layout's sets that say what a frontend does (maps.go).
+	SetKeys
+	// SetEndpoints is a data map "address . protocol . port . slot :
+	// endpoint address . port": the endpoints of every shared-map frontend.
+	SetEndpoints
 )
 
 // Set is one named set or map of the table.
@@ -68,6 +74,10 @@ type element struct {
 	// Comment names the frontend kind, so a reader of the table (and
 	// Programmed) can tell a NodePort from an ExternalIP.
 	Comment string
+	// Slot and To are a SetEndpoints element's slot (part of the key) and
+	// endpoint (the data).
+	Slot uint32
+	To   netip.AddrPort
 }
 
 // hook makes a chain a base chain.
@@ -148,6 +158,24 @@ type matchRandom struct{ Mod uint32 }
 type Dispatch struct {
 	Family v1.IPFamily
 	Map    string
+}
+
+// matchFrontend matches "daddr . l4proto . dport" against a set of
+// frontends (SetKeys).
+type matchFrontend struct {
+	Family v1.IPFamily
+	Set    string
+}
+
+// dnatPick rewrites the destination to the endpoint the map holds for the
+// packet's frontend and a slot drawn at random in [0, Mod): "dnat to daddr .
+// l4proto . dport . numgen random mod Mod map @Map". A slot the frontend does
+// not have is a miss, which ends the rule without a verdict, so the next
+// rule draws again (maps.go).
+type dnatPick struct {
+	Family v1.IPFamily
+	Map    string
+	Mod    uint32
 }
 
 // setMark sets the mark bit.
@@ -247,6 +275,13 @@ func (m matchRandom) nft() string { return fmt.Sprintf("numgen random mod %d 0",
 func (d Dispatch) nft() string {
 	k := ipKeyword(d.Family)
 	return fmt.Sprintf("%s daddr . meta l4proto . th dport vmap @%s", k, d.Map)
+}
+func (m matchFrontend) nft() string {
+	return fmt.Sprintf("%s daddr . meta l4proto . th dport @%s", ipKeyword(m.Family), m.Set)
+}
+func (d dnatPick) nft() string {
+	k := ipKeyword(d.Family)
+	return fmt.Sprintf("dnat %s to %s daddr . meta l4proto . th dport . numgen random mod %d map @%s", k, k, d.Mod, d.Map)
 }
 func (s setMark) nft() string   { return fmt.Sprintf("meta mark set meta mark | 0x%08x", s.Bit) }
 func (s clearMark) nft() string { return fmt.Sprintf("meta mark set meta mark & 0x%08x", ^s.Bit) }

@@ -67,7 +67,11 @@ func (b *batch) Text() string {
 		case OpFlushTable:
 			fmt.Fprintf(&s, "flush table %s\n", t)
 		case OpAddSet:
-			fmt.Fprintf(&s, "add set %s %s { type %s; }\n", t, op.Set.Name, op.Set.nftType())
+			word := "set"
+			if op.Set.Kind == SetFrontends || op.Set.Kind == SetEndpoints {
+				word = "map"
+			}
+			fmt.Fprintf(&s, "add %s %s %s { %s; }\n", word, t, op.Set.Name, op.Set.nftDecl())
 		case OpDelSet:
 			fmt.Fprintf(&s, "delete set %s %s\n", t, op.Set.Name)
 		case OpFlushSet:
@@ -90,6 +94,9 @@ func (b *batch) Text() string {
 				es[i] = e.nft(op.Set.Kind)
 				if op.Kind == OpDelElements && op.Set.Kind == SetFrontends {
 					es[i] = fmt.Sprintf("%s . %s . %d", e.Addr, protoName(e.Proto), e.Port)
+				}
+				if op.Kind == OpDelElements && op.Set.Kind == SetEndpoints {
+					es[i] = fmt.Sprintf("%s . %s . %d . %d", e.Addr, protoName(e.Proto), e.Port, e.Slot)
 				}
 			}
 			fmt.Fprintf(&s, "%s element %s %s { %s }\n", verb, t, op.Set.Name, strings.Join(es, ", "))
@@ -168,6 +175,9 @@ func addCount[K comparable](m map[K]int32, k K, d int) {
 type appliedPort struct {
 	port *core.ServicePort
 	det  *core.FamilyLocalDetect
+	// slots are a shared-map port's slot orders (nil for other ports): the
+	// one thing not derived from port, since a change keeps every slot it can.
+	slots *portSlots
 }
 
 // newApplied records a fully programmed ruleset, built with cfg.
@@ -204,7 +214,7 @@ func (a *applied) objects(k core.PortKey) *portObjects {
 	if !ok {
 		return nil
 	}
-	return buildPort(ap.port, ap.det, a.cfg)
+	return buildPort(ap.port, ap.det, a.cfg, ap.slots)
 }
 
 func (a *applied) count(p *portObjects, d int) {
@@ -398,6 +408,7 @@ type portsDiff struct {
 	oldChains, newChains map[string]located
 	oldSets, newSets     map[string]located
 	fe                   map[mapKey]*mapElems
+	shared               map[*Set]*mapElems // shared-map elements of the main table
 	ipDelta, hpDelta     map[netip.Addr]int
 	chainOrder           []string // new chains in port order, for a stable batch
 }
@@ -413,11 +424,12 @@ func diffPorts(prev *applied, ports map[core.PortKey]*portObjects) *portsDiff {
 	d := &portsDiff{
 		oldChains: map[string]located{}, newChains: map[string]located{},
 		oldSets: map[string]located{}, newSets: map[string]located{},
-		fe:      map[mapKey]*mapElems{},
+		fe: map[mapKey]*mapElems{}, shared: map[*Set]*mapElems{},
 		ipDelta: map[netip.Addr]int{}, hpDelta: map[netip.Addr]int{},
 	}
 	for _, k := range keys {
 		old, nu := prev.objects(k), ports[k]
+		d.diffShared(old, nu)
 		oldFE := map[string]element{}
 		var oldMap mapKey
 		if old != nil {
@@ -449,14 +461,13 @@ func diffPorts(prev *applied, ports map[core.PortKey]*portObjects) *portsDiff {
 			for _, s := range nu.AffinitySets {
 				d.newSets[s.Name] = located{table: t, set: s}
 			}
-			elems := d.elems(m)
 			for _, e := range nu.Frontends {
 				o, ok := oldFE[elemKey(e)]
 				if ok && o == e && oldMap == m {
 					delete(oldFE, elemKey(e))
 					continue
 				}
-				elems.add = append(elems.add, e)
+				d.elems(m).add = append(d.elems(m).add, e)
 			}
 			if nu.ClusterIP.IsValid() {
 				d.ipDelta[nu.ClusterIP]++
@@ -532,6 +543,21 @@ func (d *portsDiff) emit(b *batch, prev *applied) {
 		sortElems(d.fe[m].add)
 		addElements(b, OpAddElements, m.table, s, d.fe[m].add)
 	}
+	// 3b. shared-map elements: deletions first, so an element whose data
+	// changed (an endpoint moved into another slot) is deleted and added again.
+	sets := make([]*Set, 0, len(d.shared))
+	for s := range d.shared {
+		sets = append(sets, s)
+	}
+	sort.Slice(sets, func(i, j int) bool { return sets[i].Name < sets[j].Name })
+	for _, s := range sets {
+		sortElems(d.shared[s].del)
+		addElements(b, OpDelElements, prev.Table, *s, d.shared[s].del)
+	}
+	for _, s := range sets {
+		sortElems(d.shared[s].add)
+		addElements(b, OpAddElements, prev.Table, *s, d.shared[s].add)
+	}
 	// 4. shared sets: an element exists while at least one port uses it.
 	countElements(b, prev.Table, prev.clusterIPs, d.ipDelta, clusterIPSet, false)
 	countElements(b, prev.Table, prev.hairpin, d.hpDelta, hairpinSet, true)
@@ -556,7 +582,56 @@ func (d *portsDiff) emit(b *batch, prev *applied) {
 	}
 }
 
-func elemKey(e element) string { return fmt.Sprintf("%s/%s/%d", e.Addr, e.Proto, e.Port) }
+func elemKey(e element) string { return fmt.Sprintf("%s/%s/%d/%d", e.Addr, e.Proto, e.Port, e.Slot) }
+
+// sharedKey identifies a shared-map element: its set and key.
+type sharedKey struct {
+	set   *Set
+	addr  netip.Addr
+	proto v1.Protocol
+	port  uint16
+	slot  uint32
+}
+
+func keyOf(se sharedElem) sharedKey {
+	return sharedKey{set: se.set, addr: se.e.Addr, proto: se.e.Proto, port: se.e.Port, slot: se.e.Slot}
+}
+
+// diffShared adds the shared-map elements that change between a port's old
+// and new objects (either may be nil): an element whose key stays and whose
+// data changes is deleted and added again.
+func (d *portsDiff) diffShared(old, nu *portObjects) {
+	var oldEl map[sharedKey]element
+	if old != nil && len(old.Shared) > 0 {
+		oldEl = make(map[sharedKey]element, len(old.Shared))
+		for _, se := range old.Shared {
+			oldEl[keyOf(se)] = se.e
+		}
+	}
+	if nu != nil {
+		for _, se := range nu.Shared {
+			k := keyOf(se)
+			if o, ok := oldEl[k]; ok {
+				delete(oldEl, k)
+				if o.To == se.e.To && o.Comment == se.e.Comment {
+					continue
+				}
+				d.sharedElems(se.set).del = append(d.sharedElems(se.set).del, o)
+			}
+			d.sharedElems(se.set).add = append(d.sharedElems(se.set).add, se.e)
+		}
+	}
+	for k, e := range oldEl {
+		d.sharedElems(k.set).del = append(d.sharedElems(k.set).del, e)
+	}
+}
+
+func (d *portsDiff) sharedElems(s *Set) *mapElems {
+	if d.shared[s] == nil {
+		d.shared[s] = &mapElems{}
+	}
+	return d.shared[s]
+}
 
 func sortElems(es []element) {
 	sort.Slice(es, func(i, j int) bool { return elemKey(es[i]) < elemKey(es[j]) })

@@ -62,9 +62,9 @@ func TestPlanPartial(t *testing.T) {
 	np.Frontends = []core.Frontend{fe(core.FrontendClusterIP, "10.96.0.10", 81)}
 	det := st.LocalDetect["IPv4"]
 	changes := map[core.PortKey]*portObjects{
-		web:   buildPort(&p, &det, cfg),
+		web:   buildPort(&p, &det, cfg, nil),
 		gone:  nil,
-		added: buildPort(&np, &det, cfg),
+		added: buildPort(&np, &det, cfg, nil),
 	}
 	plan := planPartial(prev, changes)
 	golden(t, "plan-partial.txt", plan.Batch.Text())

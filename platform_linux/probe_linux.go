@@ -48,6 +48,7 @@ const (
 	probeMasq   = "masq-off-cluster"
 	probeMark   = "mark-for-masquerade"
 	probeReject = "reject-chain"
+	probePick   = "pick"
 )
 
 // probeCommands lists, for table, one of each set kind, chain kind and
@@ -57,17 +58,20 @@ const (
 // runs on. TestProbeCoversTheRuleset keeps it complete.
 func probeCommands(table string) []probeCommand {
 	v4, v6 := v1.IPv4Protocol, v1.IPv6Protocol
-	sets := map[v1.IPFamily]struct{ front, addrs, pairs, aff Set }{}
+	type familySets struct{ front, addrs, pairs, aff, keys, eps Set }
+	sets := map[v1.IPFamily]familySets{}
 	for _, f := range []v1.IPFamily{v4, v6} {
 		sfx := "-v4"
 		if f == v6 {
 			sfx = "-v6"
 		}
-		sets[f] = struct{ front, addrs, pairs, aff Set }{
+		sets[f] = familySets{
 			Set{Name: "frontends" + sfx, Family: f, Kind: SetFrontends},
 			Set{Name: "cluster-ips" + sfx, Family: f, Kind: SetAddrs},
 			Set{Name: "hairpin" + sfx, Family: f, Kind: SetAddrPairs},
 			Set{Name: "aff" + sfx, Family: f, Kind: SetAffinity, Timeout: 3 * time.Hour},
+			Set{Name: "service-frontends" + sfx, Family: f, Kind: SetKeys},
+			Set{Name: "endpoints" + sfx, Family: f, Kind: SetEndpoints},
 		}
 	}
 	var cmds []probeCommand
@@ -81,6 +85,8 @@ func probeCommands(table string) []probeCommand {
 		add("set of addresses", Op{Kind: OpAddSet, Set: s.addrs})
 		add("set of concatenated address pairs", Op{Kind: OpAddSet, Set: s.pairs})
 		add("dynamic set with timeouts (session affinity)", Op{Kind: OpAddSet, Set: s.aff})
+		add("set of address . protocol . port", Op{Kind: OpAddSet, Set: s.keys})
+		add("data map address . protocol . port . slot : address . port", Op{Kind: OpAddSet, Set: s.eps})
 	}
 	base := func(name, hookName string, prio int32) *Chain {
 		return &Chain{Name: name, Hook: &hook{Type: "nat", Hook: hookName, Priority: prio}}
@@ -95,7 +101,7 @@ func probeCommands(table string) []probeCommand {
 	add("filter chain on hook input", Op{Kind: OpAddChain, Chain: &Chain{Name: localnet.Name, Hook: localnet.Hook}})
 	rule0 := localnet.Rules[0]
 	chains := map[string]*Chain{}
-	for _, name := range []string{probeSvc, probeSvc6, probeExt, probeMasq, probeMark, probeReject} {
+	for _, name := range []string{probeSvc, probeSvc6, probeExt, probeMasq, probeMark, probeReject, probePick} {
 		chains[name] = &Chain{Name: name}
 		add("regular chain", Op{Kind: OpAddChain, Chain: chains[name]})
 	}
@@ -108,6 +114,14 @@ func probeCommands(table string) []probeCommand {
 		rule("vmap lookup of ip6 daddr . meta l4proto . th dport", c, matchFamily{v6}, Dispatch{Family: v6, Map: sets[v6].front.Name})
 		rule("address set lookup", c, matchAddrSet{Family: v4, Set: sets[v4].addrs.Name}, Verdict{Kind: "goto", Chain: probeReject})
 		rule("address set lookup", c, matchAddrSet{Family: v6, Set: sets[v6].addrs.Name}, Verdict{Kind: "goto", Chain: probeReject})
+		for _, f := range []v1.IPFamily{v4, v6} {
+			rule("set lookup of daddr . meta l4proto . th dport", c, matchFamily{f},
+				matchFrontend{Family: f, Set: sets[f].keys.Name}, Verdict{Kind: "goto", Chain: probePick})
+		}
+	}
+	for _, f := range []v1.IPFamily{v4, v6} {
+		rule("dnat to the address and port a data map gives for daddr . l4proto . dport . numgen random",
+			chains[probePick], dnatPick{Family: f, Map: sets[f].eps.Name, Mod: 4})
 	}
 	rule("ct status, meta mark and masquerade fully-random", postrouting,
 		matchDNAT{}, matchMark{Bit: masqueradeMark}, clearMark{Bit: masqueradeMark}, Masquerade{})
@@ -157,6 +171,12 @@ func probeCommands(table string) []probeCommand {
 		}
 		add("address set element", Op{Kind: OpAddElements, Set: sets[f].addrs, Elements: []element{{Addr: a}}})
 		add("concatenated set element", Op{Kind: OpAddElements, Set: sets[f].pairs, Elements: []element{{Addr: a, Addr2: a}}})
+		key := element{Addr: a, Proto: v1.ProtocolTCP, Port: 80}
+		gate := key
+		gate.Comment = "ClusterIP default/probe"
+		add("concatenated set element with a comment", Op{Kind: OpAddElements, Set: sets[f].keys, Elements: []element{gate}})
+		key.Slot, key.To = 1, netip.AddrPortFrom(a, 8080)
+		add("data map element address . port", Op{Kind: OpAddElements, Set: sets[f].eps, Elements: []element{key}})
 	}
 	return cmds
 }

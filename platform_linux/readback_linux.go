@@ -2,6 +2,7 @@ package nft
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -52,6 +53,15 @@ func (b *Backend) readFrontends(c *nftables.Conn, svc types.NamespacedName, out 
 	main := b.cfg.table()
 	found := false
 	for _, tb := range tables {
+		if tb.Name == main {
+			ok, err := readShared(c, tableObj(main), svc, out, fronts)
+			if err != nil {
+				return err
+			}
+			found = found || ok
+		}
+	}
+	for _, tb := range tables {
 		if tb.Name == main || !ownTable(main, tb.Name) {
 			continue
 		}
@@ -76,7 +86,7 @@ func (b *Backend) readFrontends(c *nftables.Conn, svc types.NamespacedName, out 
 	}
 	sort.Strings(out.Notes)
 	if !found {
-		return fmt.Errorf("tables inet %s-*: no frontend map: not programmed", main)
+		return fmt.Errorf("tables inet %s and %s-*: no frontend set or map: not programmed", main, main)
 	}
 	sort.Slice(out.Frontends, func(i, j int) bool {
 		a, b := out.Frontends[i], out.Frontends[j]
@@ -128,6 +138,110 @@ func (b *Backend) readFrontend(r *ruleReader, f v1.IPFamily, e nftables.SetEleme
 	}
 	out.Frontends = append(out.Frontends, pf)
 	return nil
+}
+
+// readShared adds svc's frontends in the shared-map layout of table t
+// (maps.go) to out, reporting whether t has that layout. A frontend's
+// Service is the comment of its service-frontends element; what a new
+// connection from outside the node meets is its drop or reject membership,
+// else its endpoints in endpoints-vN in slot order.
+func readShared(c *nftables.Conn, t *nftables.Table, svc types.NamespacedName,
+	out *platform.ProgrammedService, fronts map[frontendKey]bool) (bool, error) {
+	found := false
+	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		s := shared(f)
+		elems, ok, err := readElements(c, t, s.frontends.Name)
+		if err != nil || !ok {
+			return found, err
+		}
+		found = true
+		var mine []platform.ProgrammedFrontend
+		for _, e := range elems {
+			kind, name, ok := strings.Cut(e.Comment, " ")
+			if !ok || name != svc.String() {
+				continue
+			}
+			addr, proto, port, ok := decodeFrontendKey(f, e.Key)
+			if ok {
+				mine = append(mine, platform.ProgrammedFrontend{Kind: core.FrontendKind(kind), Addr: addr, Port: port, Protocol: protoNames[proto]})
+			}
+		}
+		if len(mine) == 0 {
+			continue
+		}
+		member := map[string]map[frontendKey]bool{}
+		for _, set := range []Set{s.drop[pathMain], s.reject[pathMain]} {
+			es, _, err := readElements(c, t, set.Name)
+			if err != nil {
+				return found, err
+			}
+			member[set.Name] = map[frontendKey]bool{}
+			for _, e := range es {
+				if addr, proto, port, ok := decodeFrontendKey(f, e.Key); ok {
+					member[set.Name][frontendKey{proto, netip.AddrPortFrom(addr, port)}] = true
+				}
+			}
+		}
+		type slotted struct {
+			slot uint32
+			to   netip.AddrPort
+		}
+		eps := map[frontendKey][]slotted{}
+		es, _, err := readElements(c, t, s.endpoints[pathMain].Name)
+		if err != nil {
+			return found, err
+		}
+		n := int(addrLen(f))
+		for _, e := range es {
+			addr, proto, port, ok := decodeFrontendKey(f, e.Key)
+			if !ok || len(e.Key) < n+12 || len(e.Val) < n+2 {
+				continue
+			}
+			to, _ := netip.AddrFromSlice(e.Val[:n])
+			k := frontendKey{proto, netip.AddrPortFrom(addr, port)}
+			eps[k] = append(eps[k], slotted{binary.NativeEndian.Uint32(e.Key[n+8:]), netip.AddrPortFrom(to, uint16(e.Val[n])<<8|uint16(e.Val[n+1]))})
+		}
+		for _, pf := range mine {
+			k := frontendKey{l4proto(pf.Protocol), netip.AddrPortFrom(pf.Addr, pf.Port)}
+			fronts[k] = true
+			switch {
+			case member[s.drop[pathMain].Name][k]:
+				pf.Verdict = core.VerdictDrop
+			case member[s.reject[pathMain].Name][k]:
+				pf.Verdict = core.VerdictReject
+			default:
+				sl := eps[k]
+				sort.Slice(sl, func(i, j int) bool { return sl[i].slot < sl[j].slot })
+				for _, x := range sl {
+					pf.Endpoints = append(pf.Endpoints, x.to)
+				}
+				if len(pf.Endpoints) == 0 {
+					pf.Verdict = core.VerdictDrop
+				}
+			}
+			if pf.Addr.IsLoopback() {
+				out.Notes = append(out.Notes, fmt.Sprintf("localhost NodePort %s/%s (--localhost-nodeports) -> %v",
+					netip.AddrPortFrom(pf.Addr, pf.Port), pf.Protocol, pf.Endpoints))
+				continue
+			}
+			out.Frontends = append(out.Frontends, pf)
+		}
+	}
+	return found, nil
+}
+
+// readElements lists the elements of set name in t; ok is false when t has
+// no such set.
+func readElements(c *nftables.Conn, t *nftables.Table, name string) ([]nftables.SetElement, bool, error) {
+	set, err := c.GetSetByName(t, name)
+	if err != nil {
+		return nil, false, nil
+	}
+	es, err := c.GetSetElements(set)
+	if err != nil {
+		return nil, true, fmt.Errorf("read set %s of table inet %s: %w", name, t.Name, err)
+	}
+	return es, true, nil
 }
 
 // verdictChain is the chain of a verdict map element. google/nftables v0.3.0

@@ -32,7 +32,11 @@ func (rs *ruleset) tables() []*tableContent {
 	}
 	shared := newSharedAddrs(n)
 	for _, p := range rs.Ports {
-		shards[p.Shard].addPort(p)
+		if p.Shard < 0 {
+			main.addShared(p)
+		} else {
+			shards[p.Shard].addPort(p)
+		}
 		shared.add(p.Key.Family, p.ClusterIP, p.Endpoints)
 	}
 	shared.fill(main)
@@ -69,6 +73,13 @@ func (t *tableContent) addPort(p *portObjects) {
 	t.Chains = append(t.Chains, p.Chains...)
 	t.Sets = append(t.Sets, p.AffinitySets...)
 	t.Elements[f] = append(t.Elements[f], p.Frontends...)
+}
+
+// addShared puts a shared-map port's elements into the main table.
+func (t *tableContent) addShared(p *portObjects) {
+	for _, se := range p.Shared {
+		t.Elements[se.set.Name] = append(t.Elements[se.set.Name], se.e)
+	}
 }
 
 // familyIndex numbers the families for the per-family arrays: IPv4 0, IPv6 1.
@@ -151,10 +162,25 @@ func (s Set) nftType() string {
 	switch s.Kind {
 	case SetFrontends:
 		return a + " . inet_proto . inet_service : verdict"
+	case SetKeys:
+		return a + " . inet_proto . inet_service"
+	case SetEndpoints:
+		return a + " . inet_proto . inet_service . integer : " + a + " . inet_service"
 	case SetAddrPairs:
 		return a + " . " + a
 	}
 	return a
+}
+
+// nftDecl is the set's type declaration. nft has no name for the type of a
+// random slot, so the endpoint maps are declared by the expressions that
+// look them up ("typeof"), which is also how crossproxy writes them.
+func (s Set) nftDecl() string {
+	if s.Kind == SetEndpoints {
+		k := ipKeyword(s.Family)
+		return fmt.Sprintf("typeof %s daddr . meta l4proto . th dport . numgen random mod 1 : %s daddr . th dport", k, k)
+	}
+	return "type " + s.nftType()
 }
 
 func (e element) nft(kind setKind) string {
@@ -165,6 +191,14 @@ func (e element) nft(kind setKind) string {
 			s += fmt.Sprintf(" comment %q", e.Comment)
 		}
 		return s + " : goto " + e.Chain
+	case SetKeys:
+		s := fmt.Sprintf("%s . %s . %d", e.Addr, protoName(e.Proto), e.Port)
+		if e.Comment != "" {
+			s += fmt.Sprintf(" comment %q", e.Comment)
+		}
+		return s
+	case SetEndpoints:
+		return fmt.Sprintf("%s . %s . %d . %d : %s . %d", e.Addr, protoName(e.Proto), e.Port, e.Slot, e.To.Addr(), e.To.Port())
 	case SetAddrPairs:
 		return fmt.Sprintf("%s . %s", e.Addr, e.Addr2)
 	}
@@ -196,7 +230,10 @@ func (t *tableContent) text(b *strings.Builder) {
 		if s.Kind == SetFrontends {
 			word = "map"
 		}
-		fmt.Fprintf(b, "\t%s %s {\n\t\ttype %s\n", word, s.Name, s.nftType())
+		if s.Kind == SetEndpoints {
+			word = "map"
+		}
+		fmt.Fprintf(b, "\t%s %s {\n\t\t%s\n", word, s.Name, s.nftDecl())
 		if s.Kind == SetAffinity {
 			fmt.Fprintf(b, "\t\tflags dynamic,timeout\n\t\ttimeout %ds\n", int64(s.Timeout.Seconds()))
 		}

@@ -1,0 +1,358 @@
+package nft
+
+import (
+	"math/bits"
+	"net/netip"
+	"strconv"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/crossproxy/crossproxy/core"
+)
+
+// The shared-map layout. A Service port without ClientIP affinity and
+// without loadBalancerSourceRanges has no chain, rule or named set of its
+// own: it is only elements of a few sets and two data maps of the main table,
+// shared by every such port of a family. Elements of plain sets and data maps
+// are never validated by the kernel and do not depend on the number of rules,
+// so an endpoint change costs the kernel O(1) whatever the number of
+// Services (platform_linux/README.md, "Shared-map layout"). Ports with
+// affinity or source ranges keep chains of their own in the shard tables.
+//
+// A packet to a frontend goes through fixed chains per family:
+//
+//	dispatch-*      base chains: frontends in service-frontends-vN go on
+//	services-vN     external Local policy? masquerade decision, then pick
+//	ext-local-vN    pods and the node itself take the cluster path; others
+//	                keep their source and pick among local endpoints
+//	ext-cluster-vN  that cluster path: its own masquerade decision and pick
+//	pick-vN         no endpoint: drop or reject; else the frontend's class
+//	pick-vN-M       draws a slot in [0, M) and looks the frontend and slot up
+//	                in endpoints-vN (cluster-endpoints-vN for the cluster path)
+//
+// Endpoint choice. A frontend with N endpoints has them in slots 0..N-1 of
+// the map and is in the class M, the power of two with N <= M < 2N. Class M's
+// chain repeats "dnat to frontend . numgen random mod M map @endpoints"
+// pickAttempts times: a slot >= N is a miss, which ends the rule without a
+// verdict, and the next rule draws again. numgen random mod M is the top bits
+// of a uniform 32-bit number, exactly uniform for a power of two, so a hit is
+// uniform over the N slots; each draw misses with probability (M-N)/M < 1/2,
+// so all pickAttempts miss with probability below 2^-32, and the last rule
+// (mod 1) takes slot 0 then. Powers of two rather than one chain per N keep
+// the number of classes (and of lookups before a frontend finds its class)
+// at log2 of the largest endpoint count, and a frontend changes class only
+// when its count crosses a power of two; the price, a 2^-32 bias towards slot
+// 0, is far below what any test of a load balancer can see.
+//
+// Removing an endpoint moves the last slot into the hole (assignSlots), so
+// the slots stay 0..N-1 and one endpoint change is a handful of element
+// commands, never a rule, chain or verdict element.
+
+// pickClassBits bounds the classes: 1, 2, 4, ... 2^pickClassBits endpoints.
+// A port with more endpoints in one of its lists keeps chains of its own.
+const pickClassBits = 12
+
+// maxMappedEndpoints is the most endpoints a shared-map port may have in one list.
+const maxMappedEndpoints = 1 << pickClassBits
+
+// pickAttempts is the number of draws before the fallback to slot 0.
+const pickAttempts = 32
+
+// pickClass is the class of a frontend with n > 0 endpoints: the smallest
+// power of two >= n.
+func pickClass(n int) int {
+	if n <= 1 {
+		return 1
+	}
+	return 1 << bits.Len(uint(n-1))
+}
+
+// Names of the shared-map layout's chains and sets in the main table.
+const (
+	chainDispatchPrerouting = "dispatch-prerouting"
+	chainDispatchOutput     = "dispatch-output"
+)
+
+// pickPath is one of the two endpoint choices of a frontend: the main one,
+// and the cluster path of an external Local-policy frontend (pods and the
+// node itself use every endpoint).
+type pickPath int
+
+const (
+	pathMain pickPath = iota
+	pathCluster
+)
+
+func (p pickPath) prefix() string {
+	if p == pathCluster {
+		return "cluster-"
+	}
+	return ""
+}
+
+// sharedSets names every set and chain of one family's shared-map layout.
+type sharedSets struct {
+	fam                  v1.IPFamily
+	frontends, extLocal  Set
+	masq, masqOff        [2]Set // per path
+	drop, reject         [2]Set
+	endpoints            [2]Set
+	classes              [2][pickClassBits + 1]Set
+	services, extLocalCh string
+	extCluster           string
+	pick                 [2]string
+	pickClass            [2][pickClassBits + 1]string
+	sets                 []Set
+}
+
+var sharedByFamily = [2]*sharedSets{newSharedSets(v1.IPv4Protocol), newSharedSets(v1.IPv6Protocol)}
+
+func shared(f v1.IPFamily) *sharedSets { return sharedByFamily[familyIndex(f)] }
+
+func newSharedSets(f v1.IPFamily) *sharedSets {
+	v := familySuffix(f)
+	keys := func(name string) Set {
+		return Set{Name: name + "-" + v, Family: f, Kind: SetKeys}
+	}
+	s := &sharedSets{fam: f,
+		frontends:  keys("service-frontends"),
+		extLocal:   keys("ext-local-frontends"),
+		services:   "services-" + v,
+		extLocalCh: "ext-local-" + v,
+		extCluster: "ext-cluster-" + v,
+	}
+	s.sets = append(s.sets, s.frontends, s.extLocal)
+	for _, p := range []pickPath{pathMain, pathCluster} {
+		pre := p.prefix()
+		s.masq[p] = keys(pre + "masq-frontends")
+		s.masqOff[p] = keys(pre + "masq-off-cluster-frontends")
+		s.drop[p] = keys(pre + "drop-frontends")
+		s.reject[p] = keys(pre + "reject-frontends")
+		s.endpoints[p] = Set{Name: pre + "endpoints-" + v, Family: f, Kind: SetEndpoints}
+		s.pick[p] = pre + "pick-" + v
+		s.sets = append(s.sets, s.masq[p], s.masqOff[p], s.drop[p], s.reject[p], s.endpoints[p])
+		for c := 0; c <= pickClassBits; c++ {
+			m := strconv.Itoa(1 << c)
+			s.classes[p][c] = keys(pre + "pick-" + m + "-frontends")
+			s.pickClass[p][c] = pre + "pick-" + v + "-" + m
+			s.sets = append(s.sets, s.classes[p][c])
+		}
+	}
+	return s
+}
+
+// chains builds the family's fixed chains; det is its local detection.
+func (s *sharedSets) chains(det core.FamilyLocalDetect) []*Chain {
+	f := s.fam
+	fe := func(set Set) matchFrontend { return matchFrontend{Family: f, Set: set.Name} }
+	jump := func(c string) Verdict { return Verdict{Kind: "jump", Chain: c} }
+	gotoC := func(c string) Verdict { return Verdict{Kind: "goto", Chain: c} }
+	masqDecision := func(p pickPath) []Rule {
+		rules := []Rule{{fe(s.masq[p]), jump(chainMarkMasq)}}
+		if det.Implemented() {
+			rules = append(rules, Rule{fe(s.masqOff[p]), jump(offClusterChain(f))})
+		}
+		return rules
+	}
+	services := []Rule{{fe(s.extLocal), gotoC(s.extLocalCh)}}
+	services = append(services, masqDecision(pathMain)...)
+	services = append(services, Rule{gotoC(s.pick[pathMain])})
+	var extLocal []Rule
+	if det.Implemented() {
+		extLocal = append(extLocal, localSourceRules(f, det, gotoC(s.extCluster))...)
+	}
+	extLocal = append(extLocal,
+		Rule{matchLocalSource{}, jump(chainMarkMasq)},
+		Rule{matchLocalSource{}, gotoC(s.extCluster)},
+		Rule{gotoC(s.pick[pathMain])})
+	extCluster := append(masqDecision(pathCluster), Rule{gotoC(s.pick[pathCluster])})
+	out := []*Chain{
+		{Name: s.services, Rules: services},
+		{Name: s.extLocalCh, Rules: extLocal},
+		{Name: s.extCluster, Rules: extCluster},
+	}
+	for _, p := range []pickPath{pathMain, pathCluster} {
+		pick := []Rule{
+			{fe(s.drop[p]), Verdict{Kind: "drop"}},
+			{fe(s.reject[p]), gotoC(chainReject)},
+		}
+		for c := 0; c <= pickClassBits; c++ {
+			pick = append(pick, Rule{fe(s.classes[p][c]), gotoC(s.pickClass[p][c])})
+			m := uint32(1) << c
+			draws := make([]Rule, 0, pickAttempts+1)
+			if m == 1 {
+				draws = append(draws, Rule{dnatPick{Family: f, Map: s.endpoints[p].Name, Mod: 1}})
+			} else {
+				for range pickAttempts {
+					draws = append(draws, Rule{dnatPick{Family: f, Map: s.endpoints[p].Name, Mod: m}})
+				}
+				draws = append(draws, Rule{dnatPick{Family: f, Map: s.endpoints[p].Name, Mod: 1}})
+			}
+			out = append(out, &Chain{Name: s.pickClass[p][c], Rules: draws})
+		}
+		out = append(out, &Chain{Name: s.pick[p], Rules: pick})
+	}
+	return out
+}
+
+// dispatchRule sends the family's shared-map frontends to its services chain.
+func (s *sharedSets) dispatchRule() Rule {
+	return Rule{matchFamily{s.fam}, matchFrontend{Family: s.fam, Set: s.frontends.Name}, Verdict{Kind: "goto", Chain: s.services}}
+}
+
+// sharedElem is one element a shared-map port puts in a set of the main table.
+type sharedElem struct {
+	set *Set
+	e   element
+}
+
+// slotOrder is the endpoint in each slot of one endpoint list, slot i at i.
+type slotOrder []netip.AddrPort
+
+// portSlots are the slot orders of a shared-map port's endpoint lists: what
+// the backend keeps so that a change moves as few slots as it can.
+type portSlots struct {
+	internal, external, local, cluster slotOrder
+}
+
+// mapped reports whether port p goes in the shared-map layout.
+func mapped(p *core.ServicePort) bool {
+	if p.Affinity.ClientIP {
+		return false
+	}
+	if len(p.SourceRanges) > 0 {
+		for _, fe := range p.Frontends {
+			if fe.Kind == core.FrontendLoadBalancer {
+				return false
+			}
+		}
+	}
+	for _, eps := range [][]core.Endpoint{p.ClusterEndpoints, p.LocalEndpoints} {
+		if len(eps) > maxMappedEndpoints {
+			return false
+		}
+	}
+	return true
+}
+
+// assignSlots gives the endpoints eps their slots, keeping every endpoint
+// that prev already has in its slot: new endpoints fill the holes removed ones
+// left, remaining holes take the last slots, and what is left of the new
+// ones is appended. With prev nil the slots follow eps.
+func assignSlots(prev slotOrder, eps []core.Endpoint) slotOrder {
+	want := make(map[netip.AddrPort]bool, len(eps))
+	for _, ep := range eps {
+		want[ep.AddrPort()] = true
+	}
+	out := make(slotOrder, 0, len(want))
+	for _, ap := range prev {
+		if want[ap] {
+			out = append(out, ap)
+			delete(want, ap)
+		} else {
+			out = append(out, netip.AddrPort{})
+		}
+	}
+	var fresh []netip.AddrPort
+	for _, ep := range eps {
+		if ap := ep.AddrPort(); want[ap] {
+			fresh = append(fresh, ap)
+			delete(want, ap)
+		}
+	}
+	for i := 0; i < len(out); {
+		if out[i].IsValid() {
+			i++
+			continue
+		}
+		if len(fresh) > 0 {
+			out[i], fresh = fresh[0], fresh[1:]
+			i++
+			continue
+		}
+		last := len(out) - 1
+		out[i] = out[last]
+		out = out[:last]
+	}
+	return append(out, fresh...)
+}
+
+// mapPort fills o with the shared elements of a shared-map port: every
+// frontend in the family's frontends set, in the sets of its masquerade
+// decision and endpoint class, and its endpoints in the endpoint maps. prev
+// are the slots the port had (nil: none); the new ones are recorded in
+// o.From.slots.
+func (b *portBuilder) mapPort(frontends []element, prev *portSlots) {
+	p, det := b.p, b.det
+	s := shared(p.Key.Family)
+	if prev == nil {
+		prev = &portSlots{}
+	}
+	slots := &portSlots{}
+	b.o.From.slots = slots
+	order := func(dst *slotOrder, old slotOrder, eps []core.Endpoint) slotOrder {
+		if *dst == nil {
+			*dst = assignSlots(old, eps)
+		}
+		return *dst
+	}
+	add := func(set *Set, e element) { b.o.Shared = append(b.o.Shared, sharedElem{set: set, e: e}) }
+	pick := func(path pickPath, key element, so slotOrder, empty core.Verdict) {
+		if len(so) == 0 {
+			if empty == core.VerdictDrop {
+				add(&s.drop[path], key)
+			} else {
+				add(&s.reject[path], key)
+			}
+			return
+		}
+		add(&s.classes[path][bits.Len(uint(pickClass(len(so))))-1], key)
+		for i, ap := range so {
+			e := key
+			e.Slot, e.To = uint32(i), ap
+			add(&s.endpoints[path], e)
+		}
+	}
+	offCluster := p.Masquerade.OffClusterInternal && det.Implemented()
+	// internalMasq is the masquerade decision of internal traffic.
+	internalMasq := func(path pickPath, key element) {
+		switch {
+		case p.Masquerade.All:
+			add(&s.masq[path], key)
+		case offCluster:
+			add(&s.masqOff[path], key)
+		}
+	}
+	service := p.Key.Service.String()
+	for _, fe := range frontends {
+		key := element{Addr: fe.Addr, Proto: fe.Proto, Port: fe.Port}
+		// The gate element names its Service: the read-back behind
+		// explain finds a Service's frontends by it.
+		gate := key
+		gate.Comment = fe.Comment + " " + service
+		add(&s.frontends, gate)
+		switch {
+		case fe.Chain == "svc":
+			internalMasq(pathMain, key)
+			pick(pathMain, key, order(&slots.internal, prev.internal, p.InternalEndpoints()), p.InternalEmpty)
+		case !p.ExternalPolicyLocal:
+			if p.Masquerade.External {
+				add(&s.masq[pathMain], key)
+			}
+			if p.Masquerade.External && !p.InternalPolicyLocal {
+				pick(pathMain, key, order(&slots.internal, prev.internal, p.InternalEndpoints()), p.InternalEmpty)
+			} else {
+				pick(pathMain, key, order(&slots.external, prev.external, p.ExternalEndpoints()), p.ExternalEmpty)
+			}
+		default:
+			add(&s.extLocal, key)
+			pick(pathMain, key, order(&slots.local, prev.local, p.LocalEndpoints), p.ExternalEmpty)
+			if !p.InternalPolicyLocal {
+				internalMasq(pathCluster, key)
+				pick(pathCluster, key, order(&slots.internal, prev.internal, p.InternalEndpoints()), p.InternalEmpty)
+			} else {
+				pick(pathCluster, key, order(&slots.cluster, prev.cluster, p.ClusterEndpoints), core.VerdictReject)
+			}
+		}
+	}
+}
