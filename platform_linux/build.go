@@ -376,7 +376,8 @@ func buildGlobals(state *core.NodeState, cfg Config) *globals {
 	for _, f := range g.Families {
 		dispatch = append(dispatch, Rule{matchFamily{f}, Dispatch{f, frontendMap(f)}})
 		// A ClusterIP packet no frontend took is for an unused port: refuse it.
-		unused = append(unused, Rule{matchFamily{f}, matchAddrSet{Family: f, Set: clusterIPSet(f)}, Verdict{Kind: "goto", Chain: chainReject}})
+		// (The set match carries the family check that nft shows as "ip".)
+		unused = append(unused, Rule{matchAddrSet{Family: f, Set: clusterIPSet(f)}, Verdict{Kind: "goto", Chain: chainReject}})
 	}
 	post := []Rule{{matchDNAT{}, matchMark{masqueradeMark}, clearMark{masqueradeMark}, Masquerade{}}}
 	for _, f := range g.Families {

@@ -73,13 +73,19 @@ func (e *ruleEncoder) stmt(s stmt) ([]byte, error) {
 	return b, nil
 }
 
-// appendDNAT appends the two immediate loads, written by hand, and the
-// encoded NAT expression, which is the same for every endpoint of a family.
+// appendDNAT appends the protocol match (ruleExprs says why), the two
+// immediate loads, written by hand, and the encoded NAT expression, which is
+// the same for every endpoint of a family.
 func (e *ruleEncoder) appendDNAT(b []byte, d DNAT) ([]byte, error) {
 	nat, err := e.natExpr(d.Family)
 	if err != nil {
 		return nil, err
 	}
+	l4, err := e.stmt(matchL4{d.Proto})
+	if err != nil {
+		return nil, err
+	}
+	b = append(b, l4...)
 	addr := d.To.Addr().AsSlice()
 	b = appendImmediate(b, reg1, addr)
 	b = appendImmediate(b, reg2, []byte{byte(d.To.Port() >> 8), byte(d.To.Port())})

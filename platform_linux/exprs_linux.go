@@ -186,10 +186,13 @@ func ruleExprs(r Rule) ([]expr.Any, error) {
 			out = append(out, loadAddr(s.Family, true, reg1),
 				&expr.Dynset{SrcRegKey: reg1, SetName: s.Set, Operation: unix.NFT_DYNSET_OP_UPDATE})
 		case DNAT:
-			// The protocol match the text form shows is left out: only the
-			// frontend map, keyed by protocol, leads here.
+			// The protocol match always holds (only the frontend map, keyed
+			// by protocol, leads here), but nft needs it to print a port
+			// rewrite it can read back.
 			port := []byte{byte(s.To.Port() >> 8), byte(s.To.Port())}
-			out = append(out, &expr.Immediate{Register: reg1, Data: s.To.Addr().AsSlice()},
+			out = append(out, &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg1},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{l4proto(s.Proto)}},
+				&expr.Immediate{Register: reg1, Data: s.To.Addr().AsSlice()},
 				&expr.Immediate{Register: reg2, Data: port},
 				&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(nfproto(s.Family)), RegAddrMin: reg1, RegProtoMin: reg2, Specified: true})
 		case Masquerade:

@@ -197,7 +197,7 @@ func (s *sharedSets) chains(det core.FamilyLocalDetect) []*Chain {
 
 // dispatchRule sends the family's shared-map frontends to its services chain.
 func (s *sharedSets) dispatchRule() Rule {
-	return Rule{matchFamily{s.fam}, matchFrontend{Family: s.fam, Set: s.frontends.Name}, Verdict{Kind: "goto", Chain: s.services}}
+	return Rule{matchFrontend{Family: s.fam, Set: s.frontends.Name}, Verdict{Kind: "goto", Chain: s.services}}
 }
 
 // sharedElem is one element a shared-map port puts in a set of the main table.

@@ -1,0 +1,298 @@
+package nft
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/crossproxy/crossproxy/core"
+)
+
+// kernelSlots reads the endpoint map of table crossproxy back from the
+// kernel: per frontend, the endpoint in each slot.
+func kernelSlots(t *testing.T, b *Backend) map[netip.AddrPort]map[uint32]netip.AddrPort {
+	t.Helper()
+	out := map[netip.AddrPort]map[uint32]netip.AddrPort{}
+	err := b.ns.withConn(func(c *nftables.Conn) error {
+		es, _, err := readElements(c, tableObj("crossproxy"), shared(v1.IPv4Protocol).endpoints[pathMain].Name)
+		for _, e := range es {
+			addr, _, port, _ := decodeFrontendKey(v1.IPv4Protocol, e.Key)
+			fe := netip.AddrPortFrom(addr, port)
+			if out[fe] == nil {
+				out[fe] = map[uint32]netip.AddrPort{}
+			}
+			to := netip.AddrFrom4([4]byte(e.Val[:4]))
+			out[fe][binary.NativeEndian.Uint32(e.Key[12:16])] = netip.AddrPortFrom(to, uint16(e.Val[4])<<8|uint16(e.Val[5]))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestSlotsReadBackFromKernel runs random sequences of endpoint additions
+// and removals through partial syncs and reads the endpoint map back from
+// the kernel after each: every frontend has its endpoints in slots 0..N-1,
+// each once, and the same endpoints a full sync of that state writes.
+func TestSlotsReadBackFromKernel(t *testing.T) {
+	ns := testNS(t)
+	b := newTestBackend(t, ns)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(3, 4))
+	pool := endpointsN(0, 40)
+	pick := func() []core.Endpoint {
+		var out []core.Endpoint
+		for _, e := range pool {
+			if r.IntN(3) == 0 {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	web, loc := pick(), pick()
+	st := mappedState(web, loc)
+	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	for step := range 40 {
+		// Change one port, the other or both, by a few endpoints each.
+		mutate := func(eps []core.Endpoint) []core.Endpoint {
+			var out []core.Endpoint
+			for _, e := range eps {
+				if r.IntN(5) != 0 {
+					out = append(out, e)
+				}
+			}
+			for range r.IntN(4) {
+				e := pool[r.IntN(len(pool))]
+				dup := false
+				for _, o := range out {
+					dup = dup || o == e
+				}
+				if !dup {
+					out = append(out, e)
+				}
+			}
+			return out
+		}
+		changes := core.Changes{Ports: map[core.PortKey]struct{}{}}
+		if r.IntN(2) == 0 {
+			web = mutate(web)
+		}
+		loc = mutate(loc)
+		st = mappedState(web, loc)
+		for k := range st.Ports {
+			changes.Ports[k] = struct{}{}
+		}
+		if err := b.Sync(ctx, st, changes); err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		got := kernelSlots(t, b)
+		for _, fe := range []struct {
+			addr netip.AddrPort
+			eps  []core.Endpoint
+		}{
+			{netip.MustParseAddrPort("10.96.0.10:80"), web},
+			{netip.MustParseAddrPort("192.168.1.10:30080"), web},
+			{netip.MustParseAddrPort("10.96.0.11:53"), loc},
+		} {
+			slots := got[fe.addr]
+			if len(slots) != len(fe.eps) {
+				t.Fatalf("step %d: %v has %d slots in the kernel, want %d", step, fe.addr, len(slots), len(fe.eps))
+			}
+			want := map[netip.AddrPort]bool{}
+			for _, e := range fe.eps {
+				want[e.AddrPort()] = true
+			}
+			for i := range uint32(len(fe.eps)) {
+				ap, ok := slots[i]
+				if !ok || !want[ap] {
+					t.Fatalf("step %d: %v slot %d holds %v (present %v); want each of %v once in slots 0..%d",
+						step, fe.addr, i, ap, ok, fe.eps, len(fe.eps)-1)
+				}
+				delete(want, ap)
+			}
+		}
+	}
+}
+
+// inNamespace runs fn on a thread in network namespace ns; the thread is
+// retired afterwards, so no other goroutine ever runs in that namespace.
+func inNamespace(t *testing.T, ns string, fn func() error) {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		f, err := os.Open(filepath.Join("/run/netns", ns))
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("setns: %w", err)
+			return
+		}
+		errc <- fn()
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// chiSquareCritical is the value a chi-square statistic with df degrees of
+// freedom exceeds with probability 1e-6 (Wilson-Hilferty): a correct pick
+// fails one of this test's 25 counts about once in 40,000 runs.
+func chiSquareCritical(df int) float64 {
+	const z = 4.7534 // upper 1e-6 quantile of the standard normal
+	d := float64(df)
+	return d * math.Pow(1-2/(9*d)+z*math.Sqrt(2/(9*d)), 3)
+}
+
+// TestPickDistributionIsUniform sends real packets: for N = 1..20, 31, 32,
+// 33 and 64 endpoints, thousands of UDP flows (each a new connection from its
+// own source port) from the node itself to a ClusterIP; the endpoint each
+// flow was translated to is read from conntrack, and the counts must pass a
+// chi-square test of uniformity (and every endpoint must be used).
+func TestPickDistributionIsUniform(t *testing.T) {
+	ns := testNS(t)
+	for _, args := range [][]string{
+		{"link", "set", "lo", "up"},
+		// The translated packets leave through a veth whose peer has no
+		// address and drops them; conntrack has confirmed each flow by then.
+		{"link", "add", "d0", "type", "veth", "peer", "name", "d1"},
+		{"link", "set", "d0", "up"},
+		{"link", "set", "d1", "up"},
+		{"addr", "add", "10.244.0.1/16", "dev", "d0"},
+		{"route", "add", "10.96.0.0/12", "dev", "d0"},
+	} {
+		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	b := newTestBackend(t, ns)
+	ctx := context.Background()
+	counts := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 31, 32, 33, 64}
+	st := &core.NodeState{Node: core.NodeInfo{Name: "n"}, Families: []v1.IPFamily{v1.IPv4Protocol},
+		Ports: map[core.PortKey]*core.ServicePort{}}
+	ips := map[int]netip.Addr{}
+	for i, n := range counts {
+		cip := netip.AddrFrom4([4]byte{10, 96, 1, byte(i + 1)})
+		ips[n] = cip
+		p := &core.ServicePort{Key: key("default", fmt.Sprintf("n%d", n), "", v1.ProtocolUDP, v1.IPv4Protocol),
+			ClusterIP: cip, Port: 53, Protocol: v1.ProtocolUDP,
+			Frontends:        []core.Frontend{{Kind: core.FrontendClusterIP, Addr: cip, Port: 53}},
+			ClusterEndpoints: endpointsN(1000+100*i, n)}
+		st.Ports[p.Key] = p
+	}
+	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range counts {
+		flows := max(2000, 100*n)
+		inNamespace(t, ns, func() error {
+			dst := &unix.SockaddrInet4{Port: 53, Addr: ips[n].As4()}
+			for i := range flows {
+				fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+				if err != nil {
+					return err
+				}
+				err = unix.Bind(fd, &unix.SockaddrInet4{Port: 10000 + i})
+				if err == nil {
+					err = unix.Sendto(fd, []byte("x"), 0, dst)
+				}
+				unix.Close(fd)
+				if err != nil {
+					return fmt.Errorf("flow %d to %v: %w", i, ips[n], err)
+				}
+			}
+			return nil
+		})
+		prog, err := b.Programmed(ctx, types.NamespacedName{Namespace: "default", Name: fmt.Sprintf("n%d", n)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := map[netip.AddrPort]int{}
+		for _, c := range prog.Connections {
+			per[c.Endpoint]++
+		}
+		if len(prog.Connections) != flows {
+			t.Fatalf("N=%d: %d connections in conntrack, sent %d flows", n, len(prog.Connections), flows)
+		}
+		if len(per) != n {
+			t.Fatalf("N=%d: flows reached %d endpoints: %v", n, len(per), per)
+		}
+		want := float64(flows) / float64(n)
+		chi := 0.0
+		for _, c := range per {
+			chi += (float64(c) - want) * (float64(c) - want) / want
+		}
+		if n > 1 && chi > chiSquareCritical(n-1) {
+			t.Errorf("N=%d: chi-square %.1f over %d flows exceeds %.1f (df %d): not uniform: %v", n, chi, flows, chiSquareCritical(n-1), n-1, per)
+		}
+	}
+}
+
+// TestListedRulesetParsesAgain: what `nft list ruleset` prints of a node's
+// rules (both layouts, both families) is accepted again by nft, loaded into
+// an empty namespace. (nft 1.0.6 refuses to add a rule that looks up an
+// endpoint map that already exists in the kernel, "conflicting protocols
+// specified: ip vs. th", so the listing does not load over itself.)
+func TestListedRulesetParsesAgain(t *testing.T) {
+	ns := testNS(t)
+	b := newTestBackend(t, ns)
+	if err := b.Sync(context.Background(), testState(), core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	listed := nftIn(t, ns, "list", "ruleset")
+	for _, want := range []string{"map endpoints-v4", "dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @endpoints-v4", "chain svc-"} {
+		if !strings.Contains(listed, want) {
+			t.Fatalf("listing lacks %q:\n%s", want, listed)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "listed.nft")
+	if err := os.WriteFile(path, []byte(listed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fresh := testNS(t)
+	nftIn(t, fresh, "-f", path)
+	if again := nftIn(t, fresh, "list", "ruleset"); listingLines(again) != listingLines(listed) {
+		a, b := strings.Split(listingLines(listed), "\n"), strings.Split(listingLines(again), "\n")
+		for i := range min(len(a), len(b)) {
+			if a[i] != b[i] {
+				t.Fatalf("the listing loaded elsewhere lists differently: first at sorted line %d: %q, then %q", i, a[i], b[i])
+			}
+		}
+		t.Fatalf("the listing loaded elsewhere lists differently: %d lines, then %d", len(a), len(b))
+	}
+}
+
+// listingLines is an nft listing with its lines trimmed and sorted and
+// every element on a line of its own: hash sets list their elements in an
+// order of their own.
+func listingLines(s string) string {
+	s = strings.NewReplacer("elements = { ", "\n", " }\n", "\n", ",\n", "\n").Replace(s)
+	lines := strings.Split(s, "\n")
+	for i := range lines {
+		lines[i] = strings.TrimSpace(lines[i])
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
