@@ -25,8 +25,12 @@ type Config struct {
 	// LocalhostNodePorts adds 127.0.0.1 NodePort frontends (IPv4 only).
 	LocalhostNodePorts bool
 	// Shards is the number of shard tables; 0 means ShardCount of the
-	// number of Service ports.
+	// number of Service ports with chains of their own.
 	Shards int
+	// OwnChains gives every port chains of its own in the shards, as
+	// crossproxy did before the shared-map layout (maps.go): what the
+	// migration test starts from.
+	OwnChains bool
 }
 
 // defaultTable is the table name used when none is configured.
@@ -247,7 +251,7 @@ func newFullBuild(state *core.NodeState, cfg Config) *fullBuild {
 	if cfg.Shards <= 0 {
 		own := 0
 		for _, p := range state.Ports {
-			if !mapped(p) {
+			if !cfg.mapped(p) {
 				own++
 			}
 		}
@@ -265,7 +269,7 @@ func newFullBuild(state *core.NodeState, cfg Config) *fullBuild {
 			f.skipped = append(f.skipped, Skipped{Key: k, Reason: why})
 			continue
 		}
-		if mapped(state.Ports[k]) {
+		if cfg.mapped(state.Ports[k]) {
 			f.mapped = append(f.mapped, int32(len(kept)))
 			kept = append(kept, k)
 			continue
@@ -501,7 +505,7 @@ func buildPort(p *core.ServicePort, detp *core.FamilyLocalDetect, cfg Config, pr
 	hash, shard := portHash(p.Key, cfg.Shards)
 	b := &portBuilder{p: p, det: det, o: &portObjects{Key: p.Key, From: appliedPort{port: p, det: detp}, ClusterIP: p.ClusterIP, Shard: shard},
 		aff: map[string]bool{}}
-	if mapped(p) {
+	if cfg.mapped(p) {
 		b.o.Shard = -1
 		b.mapPort(frontendTargets(p, cfg), prev)
 		b.o.Endpoints = endpointAddrs(p)

@@ -216,8 +216,8 @@ type portSlots struct {
 }
 
 // mapped reports whether port p goes in the shared-map layout.
-func mapped(p *core.ServicePort) bool {
-	if p.Affinity.ClientIP {
+func (c Config) mapped(p *core.ServicePort) bool {
+	if c.OwnChains || p.Affinity.ClientIP {
 		return false
 	}
 	if len(p.SourceRanges) > 0 {

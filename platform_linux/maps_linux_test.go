@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -14,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
@@ -137,6 +140,14 @@ func TestSlotsReadBackFromKernel(t *testing.T) {
 // retired afterwards, so no other goroutine ever runs in that namespace.
 func inNamespace(t *testing.T, ns string, fn func() error) {
 	t.Helper()
+	if err := runInNamespace(ns, fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runInNamespace is inNamespace returning fn's error, for other goroutines
+// than the test's.
+func runInNamespace(ns string, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
@@ -152,9 +163,7 @@ func inNamespace(t *testing.T, ns string, fn func() error) {
 		}
 		errc <- fn()
 	}()
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
+	return <-errc
 }
 
 // chiSquareCritical is the value a chi-square statistic with df degrees of
@@ -295,4 +304,143 @@ func listingLines(s string) string {
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
+}
+
+// TestMigrationToSharedMapsLosesNoConnection: a node whose rules are in the
+// layout before shared maps (every port with chains of its own) moves to the
+// shared-map layout at the new backend's first full sync, in one batch. A
+// connection established before keeps working, and none of the new
+// connections opened all along, every few milliseconds, fails.
+func TestMigrationToSharedMapsLosesNoConnection(t *testing.T) {
+	ns := testNS(t)
+	for _, args := range [][]string{
+		{"link", "set", "lo", "up"},
+		{"link", "add", "d0", "type", "veth", "peer", "name", "d1"},
+		{"link", "set", "d0", "up"},
+		{"link", "set", "d1", "up"},
+		{"addr", "add", "10.244.0.1/16", "dev", "d0"},
+		{"route", "add", "10.96.0.0/12", "dev", "d0"},
+	} {
+		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	// An echo server in the namespace is the endpoint of default/web; 2,000
+	// other Services make the migration batch a large one.
+	var ln net.Listener
+	inNamespace(t, ns, func() (err error) {
+		ln, err = net.Listen("tcp", "10.244.0.1:8080")
+		return err
+	})
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c); c.Close() }()
+		}
+	}()
+	st := scaleStateN(2000, 10)
+	web := &core.ServicePort{Key: key("default", "web", "", v1.ProtocolTCP, v1.IPv4Protocol),
+		ClusterIP: netip.MustParseAddr("10.96.200.1"), Port: 80, Protocol: v1.ProtocolTCP,
+		Frontends:        []core.Frontend{fe(core.FrontendClusterIP, "10.96.200.1", 80)},
+		ClusterEndpoints: []core.Endpoint{ep("10.244.0.1", 8080, true)}}
+	st.Ports[web.Key] = web
+	ctx := context.Background()
+	old := newTestBackend(t, ns)
+	old.cfg.OwnChains = true
+	if err := old.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := nftIn(t, ns, "list", "ruleset"); !strings.Contains(got, "chain svc-") || strings.Contains(got, `comment "ClusterIP default/web"`) {
+		t.Fatal("the old layout should have chains per port and no shared-map element")
+	}
+
+	echo := func(c net.Conn, msg string) error {
+		if err := c.SetDeadline(time.Now().Add(2 * time.Second)); err != nil {
+			return err
+		}
+		if _, err := c.Write([]byte(msg)); err != nil {
+			return err
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return err
+		}
+		if string(buf) != msg {
+			return fmt.Errorf("echo %q, sent %q", buf, msg)
+		}
+		return nil
+	}
+	var long net.Conn
+	inNamespace(t, ns, func() (err error) {
+		long, err = net.DialTimeout("tcp", "10.96.200.1:80", 2*time.Second)
+		return err
+	})
+	defer long.Close()
+	if err := echo(long, "before"); err != nil {
+		t.Fatal(err)
+	}
+
+	stop := make(chan struct{})
+	type result struct {
+		opened, failed int
+		first          error
+	}
+	done := make(chan result)
+	loop := func() error {
+		var r result
+		for {
+			select {
+			case <-stop:
+				done <- r
+				return nil
+			default:
+			}
+			r.opened++
+			c, err := net.DialTimeout("tcp", "10.96.200.1:80", 2*time.Second)
+			if err == nil {
+				err = echo(c, "new")
+				c.Close()
+			}
+			if err != nil {
+				r.failed++
+				if r.first == nil {
+					r.first = err
+				}
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	go func() {
+		if err := runInNamespace(ns, loop); err != nil {
+			<-stop
+			done <- result{first: err, failed: 1}
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	nu := newTestBackend(t, ns)
+	if err := nu.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+		t.Fatalf("migrating full sync: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	r := <-done
+	if r.failed > 0 || r.opened < 20 {
+		t.Errorf("during the migration %d of %d new connections failed (first: %v)", r.failed, r.opened, r.first)
+	}
+	if err := echo(long, "after"); err != nil {
+		t.Errorf("the connection established before the migration broke: %v", err)
+	}
+	got := nftIn(t, ns, "list", "ruleset")
+	if strings.Contains(got, "chain svc-") || !strings.Contains(got, `10.96.200.1 . tcp . 80 comment "ClusterIP default/web"`) {
+		t.Errorf("after the migration: want no port chains, default/web in the shared sets:\n%.2000s", got)
+	}
+	t.Logf("migrated 2,001 Services in one batch of %d commands (%v); %d new connections during it, none failed",
+		nu.LastSync().Commands, nu.LastSync().Kernel, r.opened)
 }
