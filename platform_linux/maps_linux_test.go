@@ -166,6 +166,27 @@ func runInNamespace(ns string, fn func() error) error {
 	return <-errc
 }
 
+// vethNS is a fresh namespace with lo up and a veth d0 (10.244.0.1/16) that
+// also carries the route to the ClusterIPs 10.96.0.0/12; its peer d1 has no
+// address, so packets translated to other addresses leave through d0 and
+// are dropped there, after conntrack has confirmed their flow.
+func vethNS(t *testing.T) string {
+	ns := testNS(t)
+	for _, args := range [][]string{
+		{"link", "set", "lo", "up"},
+		{"link", "add", "d0", "type", "veth", "peer", "name", "d1"},
+		{"link", "set", "d0", "up"},
+		{"link", "set", "d1", "up"},
+		{"addr", "add", "10.244.0.1/16", "dev", "d0"},
+		{"route", "add", "10.96.0.0/12", "dev", "d0"},
+	} {
+		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return ns
+}
+
 // chiSquareCritical is the value a chi-square statistic with df degrees of
 // freedom exceeds with probability 1e-6 (Wilson-Hilferty): a correct pick
 // fails one of this test's 25 counts about once in 40,000 runs.
@@ -181,21 +202,7 @@ func chiSquareCritical(df int) float64 {
 // flow was translated to is read from conntrack, and the counts must pass a
 // chi-square test of uniformity (and every endpoint must be used).
 func TestPickDistributionIsUniform(t *testing.T) {
-	ns := testNS(t)
-	for _, args := range [][]string{
-		{"link", "set", "lo", "up"},
-		// The translated packets leave through a veth whose peer has no
-		// address and drops them; conntrack has confirmed each flow by then.
-		{"link", "add", "d0", "type", "veth", "peer", "name", "d1"},
-		{"link", "set", "d0", "up"},
-		{"link", "set", "d1", "up"},
-		{"addr", "add", "10.244.0.1/16", "dev", "d0"},
-		{"route", "add", "10.96.0.0/12", "dev", "d0"},
-	} {
-		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
+	ns := vethNS(t)
 	b := newTestBackend(t, ns)
 	ctx := context.Background()
 	counts := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 31, 32, 33, 64}
@@ -312,19 +319,7 @@ func listingLines(s string) string {
 // connection established before keeps working, and none of the new
 // connections opened all along, every few milliseconds, fails.
 func TestMigrationToSharedMapsLosesNoConnection(t *testing.T) {
-	ns := testNS(t)
-	for _, args := range [][]string{
-		{"link", "set", "lo", "up"},
-		{"link", "add", "d0", "type", "veth", "peer", "name", "d1"},
-		{"link", "set", "d0", "up"},
-		{"link", "set", "d1", "up"},
-		{"addr", "add", "10.244.0.1/16", "dev", "d0"},
-		{"route", "add", "10.96.0.0/12", "dev", "d0"},
-	} {
-		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
+	ns := vethNS(t)
 	// An echo server in the namespace is the endpoint of default/web; 2,000
 	// other Services make the migration batch a large one.
 	var ln net.Listener
