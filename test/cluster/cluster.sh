@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
-# cluster.sh up|down|load FILE...|kubectl ARGS...|status
+# cluster.sh up|down|load FILE...|kubectl ARGS...|status|nodes
 #
-# A real two-node Kubernetes v1.37.2 cluster on this host, in network
-# namespaces of its own (see README.md):
+# A real Kubernetes v1.37.2 cluster on this host, in network namespaces of
+# its own (see README.md): three nodes in three zones by default.
 #   xpc-cp  etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
 #           the bridge xpcbr0 (10.201.0.1/24) that joins the nodes
 #   xpc-a   node xpc-a: containerd, kubelet, CNI bridge cni0 10.202.1.0/24,
 #           eth0 10.201.0.11, zone a
 #   xpc-b   node xpc-b: the same with 10.202.2.0/24, 10.201.0.12, zone b
+#   xpc-c   node xpc-c: the same with 10.202.3.0/24, 10.201.0.13, zone c
+# XPC_NODES (default "a b c") names the nodes: letter N is the Nth node,
+# zone N. XPC_STACK=dual makes the cluster dual-stack (IPv4 primary): every
+# node also has fd00:201::1I on eth0 and the pod CIDR fd00:202:I::/64, and
+# Services get fd00:203::/112 beside 10.203.0.0/24.
 # Daemons enter their namespace with `nsenter --net` only, so they share the
 # host's mount namespace (the kubelet and containerd must see the same
 # mounts). No kube-proxy: Services are whatever proxy the tests deploy.
 #
 # up       builds what is missing (cached), starts everything, waits until
-#          both nodes are Ready with their pod CIDRs; tears down on failure
+#          every node is Ready with its pod CIDRs; tears down on failure.
+#          Records the nodes, the stack and the cluster CIDR in $D for
+#          the other scripts (kubeproxy.sh, conformance.sh).
 # down     stops every process it started, removes its mounts, cgroups,
 #          namespaces and state; safe to run any time, any number of times
-# load     imports image archives into both nodes' containerd (k8s.io)
+#          (it finds the nodes of a cluster started with other settings)
+# load     imports image archives into every node's containerd (k8s.io)
 # kubectl  runs kubectl as cluster admin inside xpc-cp
+# nodes    prints the running cluster's node letters
 set -Eeuo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -27,13 +36,36 @@ api_bin="${CROSSPROXY_APISERVER_BIN_DIR:-$cache/apiserver-bin}"
 k8s_bin="${CROSSPROXY_CLUSTER_BIN_DIR:-$cache/cluster-bin}"
 D="${XPC_DIR:-/var/lib/xpc-cluster}"  # state: certs, etcd, containerd roots, logs
 R="${XPC_RUN:-/run/xpc-cluster}"      # sockets and containerd state
-nodes=(a b)
+read -r -a nodes <<<"${XPC_NODES:-a b c}"
+stack=${XPC_STACK:-single}
+# A running cluster is what it was started as, whatever the variables say now.
+if [ "${1:-}" != up ] && [ -f "$D/nodes" ]; then
+	read -r -a nodes <"$D/nodes"
+	stack=$(cat "$D/stack")
+fi
 api_ip=10.201.0.1
+api_ip6=fd00:201::1
 svc_cidr=10.203.0.0/24
+svc_cidr6=fd00:203::/112
 cluster_cidr=10.202.0.0/16
-declare -A node_ip=([a]=10.201.0.11 [b]=10.201.0.12)
-declare -A pod_cidr=([a]=10.202.1.0/24 [b]=10.202.2.0/24)
-declare -A pod_gw=([a]=10.202.1.1 [b]=10.202.2.1)
+cluster_cidr6=fd00:202::/48
+declare -A node_ip node_ip6 pod_cidr pod_cidr6 pod_gw pod_gw6
+# The addresses of node letter N, the Ith letter of the alphabet.
+for n in "${nodes[@]}"; do
+	case "$n" in
+	[a-i]) ;;
+	*) echo "cluster: node names are single letters a-i, not \"$n\"" >&2; exit 2 ;;
+	esac
+	i=$(($(printf '%d' "'$n") - 96))
+	node_ip[$n]=10.201.0.1$i node_ip6[$n]=fd00:201::1$i
+	pod_cidr[$n]=10.202.$i.0/24 pod_cidr6[$n]=fd00:202:$i::/64
+	pod_gw[$n]=10.202.$i.1 pod_gw6[$n]=fd00:202:$i::1
+done
+case "$stack" in
+single | dual) ;;
+*) echo "cluster: XPC_STACK is single or dual, not \"$stack\"" >&2; exit 2 ;;
+esac
+dual() { [ "$stack" = dual ]; }
 pause_image=localhost/xpc/pause:1
 netecho_image=localhost/xpc/netecho:1
 
@@ -117,13 +149,16 @@ EOF
 }
 
 # network: xpc-cp holds the bridge; each node hangs off it by a veth, with a
-# route to the other node's pod CIDR (the "pod routes between the nodes").
+# route to every other node's pod CIDR (the "pod routes between the nodes"),
+# per family on a dual-stack cluster. No DAD on the static IPv6 addresses:
+# they are unique by construction and usable at once.
 network() {
 	local n m
 	ip netns add xpc-cp
 	ip -n xpc-cp link set lo up
 	ip -n xpc-cp link add xpcbr0 type bridge
 	ip -n xpc-cp addr add "$api_ip/24" dev xpcbr0
+	! dual || ip -n xpc-cp addr add "$api_ip6/64" dev xpcbr0 nodad
 	ip -n xpc-cp link set xpcbr0 up
 	for n in "${nodes[@]}"; do
 		ip netns add "xpc-$n"
@@ -131,16 +166,28 @@ network() {
 		ip link add "xpc-$n-br" netns xpc-cp type veth peer name eth0 netns "xpc-$n"
 		ip -n xpc-cp link set "xpc-$n-br" master xpcbr0 up
 		ip -n "xpc-$n" addr add "${node_ip[$n]}/24" dev eth0
+		! dual || ip -n "xpc-$n" addr add "${node_ip6[$n]}/64" dev eth0 nodad
 		ip -n "xpc-$n" link set eth0 up
 		ip netns exec "xpc-$n" sysctl -qw net.ipv4.ip_forward=1
+		! dual || ip netns exec "xpc-$n" sysctl -qw net.ipv6.conf.all.forwarding=1
 		ip -n xpc-cp route add "${pod_cidr[$n]}" via "${node_ip[$n]}"
+		! dual || ip -n xpc-cp route add "${pod_cidr6[$n]}" via "${node_ip6[$n]}"
 		for m in "${nodes[@]}"; do
-			[ "$m" = "$n" ] || ip -n "xpc-$n" route add "${pod_cidr[$m]}" via "${node_ip[$m]}"
+			[ "$m" != "$n" ] || continue
+			ip -n "xpc-$n" route add "${pod_cidr[$m]}" via "${node_ip[$m]}"
+			! dual || ip -n "xpc-$n" route add "${pod_cidr6[$m]}" via "${node_ip6[$m]}"
 		done
 		# Services reach the apiserver and ClusterIPs route out of eth0.
 		ip -n "xpc-$n" route add default via "$api_ip"
+		! dual || ip -n "xpc-$n" route add default via "$api_ip6"
 	done
 }
+
+# The cluster's Service and pod CIDRs, IPv4 first (the primary family).
+svc_cidrs() { if dual; then echo "$svc_cidr,$svc_cidr6"; else echo "$svc_cidr"; fi; }
+cluster_cidrs() { if dual; then echo "$cluster_cidr,$cluster_cidr6"; else echo "$cluster_cidr"; fi; }
+node_cidrs() { if dual; then echo "${pod_cidr[$1]},${pod_cidr6[$1]}"; else echo "${pod_cidr[$1]}"; fi; }
+node_ips() { if dual; then echo "${node_ip[$1]},${node_ip6[$1]}"; else echo "${node_ip[$1]}"; fi; }
 
 control_plane() {
 	local p="$D/pki"
@@ -154,7 +201,7 @@ control_plane() {
 		--client-ca-file="$p/ca.crt" \
 		--service-account-issuer=https://kubernetes.default.svc \
 		--service-account-key-file="$p/sa.pub" --service-account-signing-key-file="$p/sa.key" \
-		--service-cluster-ip-range=$svc_cidr \
+		--service-cluster-ip-range="$(svc_cidrs)" \
 		--authorization-mode=Node,RBAC --allow-privileged=true \
 		--kubelet-client-certificate="$p/admin.crt" --kubelet-client-key="$p/admin.key" \
 		--kubelet-preferred-address-types=InternalIP,Hostname \
@@ -166,7 +213,7 @@ control_plane() {
 		--authentication-kubeconfig="$p/admin.kubeconfig" --authorization-kubeconfig="$p/admin.kubeconfig" \
 		--use-service-account-credentials=true --root-ca-file="$p/ca.crt" \
 		--service-account-private-key-file="$p/sa.key" \
-		--allocate-node-cidrs=false --cluster-cidr=$cluster_cidr --service-cluster-ip-range=$svc_cidr \
+		--allocate-node-cidrs=false --cluster-cidr="$(cluster_cidrs)" --service-cluster-ip-range="$(svc_cidrs)" \
 		--leader-elect=false --bind-address=127.0.0.1 --secure-port=10257 --v=1
 	start kube-scheduler xpc-cp "$k8s_bin/kube-scheduler" \
 		--kubeconfig="$p/admin.kubeconfig" \
@@ -219,6 +266,13 @@ state = "$nr/containerd"
     bin_dir = "/usr/lib/cni"
     conf_dir = "$nd/cni"
 EOF
+	local ranges routes
+	ranges="[{\"subnet\": \"${pod_cidr[$n]}\", \"gateway\": \"${pod_gw[$n]}\"}]"
+	routes='{"dst": "0.0.0.0/0"}'
+	if dual; then
+		ranges="$ranges, [{\"subnet\": \"${pod_cidr6[$n]}\", \"gateway\": \"${pod_gw6[$n]}\"}]"
+		routes="$routes, {\"dst\": \"::/0\"}"
+	fi
 	cat >"$nd/cni/10-xpc.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -226,8 +280,8 @@ EOF
   "plugins": [{
     "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
     "ipam": {"type": "host-local", "dataDir": "$nd/ipam",
-             "ranges": [[{"subnet": "${pod_cidr[$n]}", "gateway": "${pod_gw[$n]}"}]],
-             "routes": [{"dst": "0.0.0.0/0"}]}
+             "ranges": [$ranges],
+             "routes": [$routes]}
   }]
 }
 EOF
@@ -279,7 +333,7 @@ maxPods: 60
 EOF
 	start "kubelet-$n" "xpc-$n" "$k8s_bin/kubelet" --config="$nd/kubelet.yaml" \
 		--kubeconfig="$D/pki/node-$n.kubeconfig" --root-dir="$nd/kubelet" \
-		--hostname-override="xpc-$n" --node-ip="${node_ip[$n]}" \
+		--hostname-override="xpc-$n" --node-ip="$(node_ips "$n")" \
 		--node-labels="topology.kubernetes.io/zone=$n" --v=1
 }
 
@@ -312,6 +366,10 @@ up() {
 	ensure_binaries
 	trap 'log "up failed; tearing down"; down' ERR
 	mkdir -p "$D" "$R"
+	# What the other scripts (and down) need to know of this cluster.
+	echo "${nodes[*]}" >"$D/nodes"
+	echo "$stack" >"$D/stack"
+	cluster_cidrs >"$D/cluster-cidr"
 	log "pki, network, images"
 	pki
 	network
@@ -325,13 +383,13 @@ up() {
 		wait_for 300 "node xpc-$n to register" kubectl_ get node "xpc-$n"
 		# The pod CIDR the node's CNI config already uses (no allocator).
 		kubectl_ patch node "xpc-$n" --type merge \
-			-p "{\"spec\":{\"podCIDR\":\"${pod_cidr[$n]}\",\"podCIDRs\":[\"${pod_cidr[$n]}\"]}}" >/dev/null
+			-p "{\"spec\":{\"podCIDR\":\"${pod_cidr[$n]}\",\"podCIDRs\":[\"$(node_cidrs "$n" | sed 's/,/","/')\"]}}" >/dev/null
 	done
 	for n in "${nodes[@]}"; do wait_for 300 "node xpc-$n Ready" node_ready "$n"; done
 	# The controller manager lifts the not-ready taint once the node is Ready.
 	wait_for 180 "the not-ready taints to go" untainted
 	trap - ERR
-	log "up in $((SECONDS - t0))s: nodes xpc-a (zone a) and xpc-b (zone b) Ready; kubectl: $0 kubectl"
+	log "up in $((SECONDS - t0))s ($stack-stack): $(for n in "${nodes[@]}"; do printf 'xpc-%s (zone %s) ' "$n" "$n"; done)Ready; kubectl: $0 kubectl"
 }
 
 # pids_of_node N: every process whose cgroup is under the node's cgroupRoot
@@ -375,10 +433,25 @@ stop_pid() { # PIDFILE: TERM the daemon's session, KILL after 10 s.
 	rm -f "$1"
 }
 
+# known_nodes: the letters of every node a cluster here may have left
+# behind, whatever XPC_NODES says now: those recorded at up, those with a
+# namespace, a pid file, runtime state or a cgroup.
+known_nodes() {
+	local f
+	{
+		printf '%s\n' "${nodes[@]}"
+		tr ' ' '\n' <"$D/nodes" 2>/dev/null
+		for f in /run/netns/xpc-? "$D"/pids/kubelet-? "$D"/pids/containerd-? "$R"/node-? /sys/fs/cgroup/*/xpc-?; do
+			[ -e "$f" ] && echo "${f: -1}"
+		done
+	} | grep -x '[a-i]' | sort -u
+}
+
 down() {
 	trap - ERR
 	set +e
-	local n sock socks=() pids id f
+	local n sock socks=() pids id f nodes
+	mapfile -t nodes < <(known_nodes)
 	for n in "${nodes[@]}"; do stop_pid "$D/pids/kubelet-$n"; done
 	for n in "${nodes[@]}"; do
 		sock="$R/node-$n/containerd.sock"
@@ -400,7 +473,7 @@ down() {
 	# Mounts under the state dirs (snapshots, pod volumes, pod netns), deepest first.
 	awk -v d="$D" -v r="$R" '$5 ~ "^"d"/" || $5 ~ "^"r"/" {print $5}' /proc/self/mountinfo | sort -r |
 		while read -r m; do umount -l "$m" 2>/dev/null; done
-	for ns in xpc-a xpc-b xpc-cp; do [ -e "/run/netns/$ns" ] && ip netns del "$ns"; done
+	for ns in "${nodes[@]/#/xpc-}" xpc-cp; do [ -e "/run/netns/$ns" ] && ip netns del "$ns"; done
 	for n in "${nodes[@]}"; do
 		find /sys/fs/cgroup/*/"xpc-$n" -depth -type d -exec rmdir {} \; 2>/dev/null
 		# The CNI cache: the node network's results and, for the same
@@ -428,6 +501,7 @@ down) down ;;
 load) shift; load "$@" ;;
 kubectl) shift; kubectl_ "$@" ;;
 status) kubectl_ get nodes -o wide && kubectl_ get pods -A -o wide ;;
+nodes) cat "$D/nodes" ;;
 images) images ;;
-*) echo "usage: $0 up|down|load FILE...|kubectl ARGS...|status" >&2; exit 2 ;;
+*) echo "usage: $0 up|down|load FILE...|kubectl ARGS...|status|nodes" >&2; exit 2 ;;
 esac

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # kubeproxy.sh start|stop: kube-proxy v1.37.2 (the kube binary's, build.sh)
-# in nftables mode on both nodes of the running test cluster, as a host
+# in nftables mode on every node of the running test cluster, as a host
 # daemon inside each node's network namespace, the way cluster.sh runs the
 # kubelets. It is the reference conformance.sh compares crossproxy with.
 #
 # start  writes each node's KubeProxyConfiguration, starts kube-proxy and
 #        waits until its /healthz answers (rules synced); logs in
-#        $D/logs/kube-proxy-{a,b}.log
-# stop   stops both, then deletes their nftables tables (ip and ip6
+#        $D/logs/kube-proxy-N.log (N the node's letter). Its clusterCIDR
+#        is the cluster's (both families on a dual-stack cluster).
+# stop   stops them all, then deletes their nftables tables (ip and ip6
 #        kube-proxy) in each node's namespace and checks none is left; safe
 #        to run any time. Run it before cluster.sh down: down does not know
 #        these daemons.
@@ -16,8 +17,9 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 k8s_bin="${CROSSPROXY_CLUSTER_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/crossproxy/cluster-bin}"
 D="${XPC_DIR:-/var/lib/xpc-cluster}"
-nodes=(a b)
-cluster_cidr=10.202.0.0/16
+# The running cluster's nodes and pod CIDR(s), as cluster.sh up recorded them.
+read -r -a nodes 2>/dev/null <"$D/nodes" || nodes=()
+cluster_cidr=$(cat "$D/cluster-cidr" 2>/dev/null || echo 10.202.0.0/16)
 
 log() { echo "kubeproxy: $*" >&2; }
 
@@ -58,7 +60,7 @@ healthy() { # NODE
 
 start() {
 	local n pid t0=$SECONDS
-	[ -e /run/netns/xpc-a ] || { log "no cluster running (cluster.sh up first)"; return 1; }
+	[ -e /run/netns/xpc-cp ] && [ ${#nodes[@]} -gt 0 ] || { log "no cluster running (cluster.sh up first)"; return 1; }
 	[ -x "$k8s_bin/kube-proxy" ] || { log "no $k8s_bin/kube-proxy (build.sh)"; return 1; }
 	mkdir -p "$D/kube-proxy" "$D/logs" "$D/pids"
 	for n in "${nodes[@]}"; do
@@ -89,7 +91,7 @@ start() {
 			sleep 0.5
 		done
 	done
-	log "kube-proxy (nftables) healthy on xpc-a and xpc-b in $((SECONDS - t0))s"
+	log "kube-proxy (nftables) healthy on ${nodes[*]/#/xpc-} in $((SECONDS - t0))s"
 }
 
 stop() {

@@ -25,6 +25,12 @@ helm_bin=$(bash test/helm/build.sh helm)
 # kube-proxy, kubectl, sh, nft and iptables in one image, for TestTakeover.
 bash "$here/kubetools.sh" "$out/kubetools-image.tar"
 
+# Two nodes in two zones (xpc-a, xpc-b), single-stack: what these tests are
+# written for (traffic between two nodes, a rolling upgrade over both);
+# the third zone and the second family are for the conformance specs, and
+# two nodes keep this suite inside make test's 20 minutes.
+export XPC_NODES="${XPC_NODES:-a b}" XPC_STACK="${XPC_STACK:-single}"
+
 # One cluster at a time on a host (fixed namespaces and paths): wait for
 # any other run (make conformance) holding it.
 exec 9>/tmp/xpc-cluster.lock
