@@ -221,6 +221,7 @@ func benchEndpointChange(b *testing.B, n int) {
 		keys = append(keys, k)
 	}
 	c0 := cpuTime()
+	var kernel, build time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		k := keys[i%len(keys)]
@@ -232,9 +233,13 @@ func benchEndpointChange(b *testing.B, n int) {
 		if err := be.Sync(ctx, st, core.Changes{Ports: map[core.PortKey]struct{}{k: {}}}); err != nil {
 			b.Fatal(err)
 		}
+		kernel += be.LastSync().Kernel
+		build += be.LastSync().Build
 	}
 	b.StopTimer()
 	b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(b.N)/1000, "cpu-ms/op")
+	b.ReportMetric(float64(kernel.Microseconds())/float64(b.N)/1000, "kernel-ms/op")
+	b.ReportMetric(float64(build.Microseconds())/float64(b.N)/1000, "build-ms/op")
 	b.ReportMetric(float64(be.LastSync().Commands), "commands")
 }
 
