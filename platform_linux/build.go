@@ -329,11 +329,15 @@ func (f *fullBuild) tables(record func(*portObjects)) iter.Seq[*tableContent] {
 	return func(yield func(*tableContent) bool) {
 		main := mainContent(f.table, f.globals)
 		f.shared().fill(main)
-		for _, j := range f.mapped {
-			k := f.keys[j]
-			p := buildPort(f.state.Ports[k], f.dets.of(f.state, k.Family), f.cfg, nil)
-			main.addShared(p)
-			record(p)
+		main.Shared = func(yield func([]sharedElem) bool) {
+			for _, j := range f.mapped {
+				k := f.keys[j]
+				p := buildPort(f.state.Ports[k], f.dets.of(f.state, k.Family), f.cfg, nil)
+				record(p)
+				if !yield(p.Shared) {
+					return
+				}
+			}
 		}
 		if !yield(main) {
 			return

@@ -340,6 +340,40 @@ func planTable(b opSink, t *tableContent, inv inventory, recreate bool) {
 	for _, s := range t.Sets {
 		addElements(b, OpAddElements, t.Name, s, t.Elements[s.Name])
 	}
+	if t.Shared != nil {
+		planShared(b, t.Name, t.Shared)
+	}
+}
+
+// planShared adds the shared-map elements as the ports yield them, a
+// command per maxElementsPerOp elements of a set, so that only one command's
+// worth of each set is held at a time.
+func planShared(b opSink, table string, ports iter.Seq[[]sharedElem]) {
+	pending := map[*Set][]element{}
+	for ses := range ports {
+		for _, se := range ses {
+			es := pending[se.set]
+			if es == nil {
+				es = make([]element, 0, maxElementsPerOp)
+			}
+			es = append(es, se.e)
+			if len(es) == maxElementsPerOp {
+				b.add(Op{Kind: OpAddElements, Table: table, Set: *se.set, Elements: es})
+				es = nil
+			}
+			pending[se.set] = es
+		}
+	}
+	sets := make([]*Set, 0, len(pending))
+	for s, es := range pending {
+		if len(es) > 0 {
+			sets = append(sets, s)
+		}
+	}
+	sort.Slice(sets, func(i, j int) bool { return sets[i].Name < sets[j].Name })
+	for _, s := range sets {
+		b.add(Op{Kind: OpAddElements, Table: table, Set: *s, Elements: pending[s]})
+	}
 }
 
 // partialPlan is a partial sync's batch and what Commit records once the

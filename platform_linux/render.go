@@ -2,6 +2,8 @@ package nft
 
 import (
 	"fmt"
+	"iter"
+	"maps"
 	"net/netip"
 	"sort"
 	"strings"
@@ -15,6 +17,10 @@ type tableContent struct {
 	Chains   []*Chain
 	Sets     []Set
 	Elements map[string][]element
+	// Shared yields the shared-map ports' elements, port by port (main
+	// table only): a full sync encodes them as they come instead of
+	// holding a million of them at once.
+	Shared iter.Seq[[]sharedElem]
 }
 
 // tables lists the main table and then every shard, with their content: the
@@ -31,15 +37,23 @@ func (rs *ruleset) tables() []*tableContent {
 		n.add(p.Key.Family, len(p.Endpoints))
 	}
 	shared := newSharedAddrs(n)
+	var mapped []*portObjects
 	for _, p := range rs.Ports {
 		if p.Shard < 0 {
-			main.addShared(p)
+			mapped = append(mapped, p)
 		} else {
 			shards[p.Shard].addPort(p)
 		}
 		shared.add(p.Key.Family, p.ClusterIP, p.Endpoints)
 	}
 	shared.fill(main)
+	main.Shared = func(yield func([]sharedElem) bool) {
+		for _, p := range mapped {
+			if !yield(p.Shared) {
+				return
+			}
+		}
+	}
 	return append([]*tableContent{main}, shards...)
 }
 
@@ -73,13 +87,6 @@ func (t *tableContent) addPort(p *portObjects) {
 	t.Chains = append(t.Chains, p.Chains...)
 	t.Sets = append(t.Sets, p.AffinitySets...)
 	t.Elements[f] = append(t.Elements[f], p.Frontends...)
-}
-
-// addShared puts a shared-map port's elements into the main table.
-func (t *tableContent) addShared(p *portObjects) {
-	for _, se := range p.Shared {
-		t.Elements[se.set.Name] = append(t.Elements[se.set.Name], se.e)
-	}
 }
 
 // familyIndex numbers the families for the per-family arrays: IPv4 0, IPv6 1.
@@ -222,6 +229,15 @@ func (rs *ruleset) Text() string {
 }
 
 func (t *tableContent) text(b *strings.Builder) {
+	elements := t.Elements
+	if t.Shared != nil {
+		elements = maps.Clone(t.Elements)
+		for ses := range t.Shared {
+			for _, se := range ses {
+				elements[se.set.Name] = append(elements[se.set.Name], se.e)
+			}
+		}
+	}
 	fmt.Fprintf(b, "table inet %s {\n", t.Name)
 	sets := append([]Set(nil), t.Sets...)
 	sort.SliceStable(sets, func(i, j int) bool { return sets[i].Name < sets[j].Name })
@@ -237,7 +253,7 @@ func (t *tableContent) text(b *strings.Builder) {
 		if s.Kind == SetAffinity {
 			fmt.Fprintf(b, "\t\tflags dynamic,timeout\n\t\ttimeout %ds\n", int64(s.Timeout.Seconds()))
 		}
-		if es := t.Elements[s.Name]; len(es) > 0 {
+		if es := elements[s.Name]; len(es) > 0 {
 			lines := make([]string, len(es))
 			for i, e := range es {
 				lines[i] = e.nft(s.Kind)
