@@ -3,6 +3,7 @@ package nft
 import (
 	"math/bits"
 	"net/netip"
+	"slices"
 	"strconv"
 
 	v1 "k8s.io/api/core/v1"
@@ -240,6 +241,9 @@ func (c Config) mapped(p *core.ServicePort) bool {
 // left, remaining holes take the last slots, and what is left of the new
 // ones is appended. With prev nil the slots follow eps.
 func assignSlots(prev slotOrder, eps []core.Endpoint) slotOrder {
+	if len(prev) == 0 {
+		return slotsInOrder(eps)
+	}
 	want := make(map[netip.AddrPort]bool, len(eps))
 	for _, ep := range eps {
 		want[ep.AddrPort()] = true
@@ -277,6 +281,28 @@ func assignSlots(prev slotOrder, eps []core.Endpoint) slotOrder {
 	return append(out, fresh...)
 }
 
+// slotsInOrder gives eps the slots in their order, each endpoint once: what
+// a full sync does, without assignSlots' map for the common short lists.
+func slotsInOrder(eps []core.Endpoint) slotOrder {
+	out := make(slotOrder, 0, len(eps))
+	if len(eps) > 32 {
+		seen := make(map[netip.AddrPort]bool, len(eps))
+		for _, ep := range eps {
+			if ap := ep.AddrPort(); !seen[ap] {
+				seen[ap] = true
+				out = append(out, ap)
+			}
+		}
+		return out
+	}
+	for _, ep := range eps {
+		if ap := ep.AddrPort(); !slices.Contains(out, ap) {
+			out = append(out, ap)
+		}
+	}
+	return out
+}
+
 // mapPort fills o with the shared elements of a shared-map port: every
 // frontend in the family's frontends set, in the sets of its masquerade
 // decision and endpoint class, and its endpoints in the endpoint maps. prev
@@ -296,6 +322,9 @@ func (b *portBuilder) mapPort(frontends []element, prev *portSlots) {
 		}
 		return *dst
 	}
+	// Sized for the usual case: per frontend the gate, a masquerade set, a
+	// class and the endpoints.
+	b.o.Shared = make([]sharedElem, 0, len(frontends)*(3+len(p.ClusterEndpoints)))
 	add := func(set *Set, e element) { b.o.Shared = append(b.o.Shared, sharedElem{set: set, e: e}) }
 	pick := func(path pickPath, key element, so slotOrder, empty core.Verdict) {
 		if len(so) == 0 {
