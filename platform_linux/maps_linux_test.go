@@ -439,3 +439,96 @@ func TestMigrationToSharedMapsLosesNoConnection(t *testing.T) {
 	t.Logf("migrated 2,001 Services in one batch of %d commands (%v); %d new connections during it, none failed",
 		nu.LastSync().Commands, nu.LastSync().Kernel, r.opened)
 }
+
+// TestAffinityEndpointRemovedMovesOnlyItsClients: under ClientIP affinity
+// (a port with chains of its own), 30 clients each send a flow and stick to
+// the endpoint they got; one endpoint is removed by a partial sync; the next
+// flow of every other client goes to the same endpoint as before, and only
+// the removed endpoint's clients go elsewhere.
+func TestAffinityEndpointRemovedMovesOnlyItsClients(t *testing.T) {
+	ns := vethNS(t)
+	clients := make([]netip.Addr, 30)
+	for i := range clients {
+		clients[i] = netip.AddrFrom4([4]byte{10, 0, 1, byte(i + 1)})
+		if out, err := exec.Command("ip", "-n", ns, "addr", "add", clients[i].String()+"/32", "dev", "d0").CombinedOutput(); err != nil {
+			t.Fatalf("ip addr add: %v: %s", err, out)
+		}
+	}
+	b := newTestBackend(t, ns)
+	ctx := context.Background()
+	cip := netip.MustParseAddr("10.96.3.1")
+	svc := &core.ServicePort{Key: key("default", "aff", "", v1.ProtocolUDP, v1.IPv4Protocol),
+		ClusterIP: cip, Port: 53, Protocol: v1.ProtocolUDP,
+		Frontends:        []core.Frontend{{Kind: core.FrontendClusterIP, Addr: cip, Port: 53}},
+		ClusterEndpoints: endpointsN(10, 4),
+		Affinity:         core.Affinity{ClientIP: true, TimeoutSeconds: 300}}
+	st := &core.NodeState{Node: core.NodeInfo{Name: "n"}, Families: []v1.IPFamily{v1.IPv4Protocol},
+		Ports: map[core.PortKey]*core.ServicePort{svc.Key: svc}}
+	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	// round sends one flow from every client, from source port port, and
+	// returns the endpoint each client's flow went to.
+	round := func(port int) map[netip.Addr]netip.AddrPort {
+		inNamespace(t, ns, func() error {
+			for _, c := range clients {
+				fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+				if err != nil {
+					return err
+				}
+				err = unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: c.As4()})
+				if err == nil {
+					err = unix.Sendto(fd, []byte("x"), 0, &unix.SockaddrInet4{Port: 53, Addr: cip.As4()})
+				}
+				unix.Close(fd)
+				if err != nil {
+					return fmt.Errorf("client %v: %w", c, err)
+				}
+			}
+			return nil
+		})
+		prog, err := b.Programmed(ctx, types.NamespacedName{Namespace: "default", Name: "aff"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[netip.Addr]netip.AddrPort{}
+		for _, c := range prog.Connections {
+			if int(c.Client.Port()) == port {
+				out[c.Client.Addr()] = c.Endpoint
+			}
+		}
+		if len(out) != len(clients) {
+			t.Fatalf("source port %d: %d of %d clients in conntrack", port, len(out), len(clients))
+		}
+		return out
+	}
+	first := round(20000)
+	if again := round(20001); fmt.Sprint(again) != fmt.Sprint(first) {
+		t.Fatalf("affinity does not hold before the change:\n%v\n%v", first, again)
+	}
+	removed := first[clients[0]]
+	p := *svc
+	p.ClusterEndpoints = nil
+	for _, e := range svc.ClusterEndpoints {
+		if e.AddrPort() != removed {
+			p.ClusterEndpoints = append(p.ClusterEndpoints, e)
+		}
+	}
+	st.Ports[p.Key] = &p
+	if err := b.Sync(ctx, st, core.Changes{Ports: map[core.PortKey]struct{}{p.Key: {}}}); err != nil {
+		t.Fatal(err)
+	}
+	after := round(20002)
+	moved := 0
+	for _, c := range clients {
+		switch {
+		case first[c] == removed && after[c] == removed:
+			t.Errorf("client %v still goes to the removed endpoint %v", c, removed)
+		case first[c] == removed:
+			moved++
+		case after[c] != first[c]:
+			t.Errorf("client %v moved from %v to %v although its endpoint stayed", c, first[c], after[c])
+		}
+	}
+	t.Logf("%d of %d clients were on the removed endpoint and moved; the others stayed", moved, len(clients))
+}
