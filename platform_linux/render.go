@@ -180,12 +180,13 @@ func (s Set) nftType() string {
 }
 
 // nftDecl is the set's type declaration. nft has no name for the type of a
-// random slot, so the endpoint maps are declared by the expressions that
-// look them up ("typeof"), which is also how crossproxy writes them.
+// random slot, so the endpoint maps are declared by expressions ("typeof"),
+// the slot as "meta length" (encode_ops_linux.go says why), which is also
+// how crossproxy writes them.
 func (s Set) nftDecl() string {
 	if s.Kind == SetEndpoints {
 		k := ipKeyword(s.Family)
-		return fmt.Sprintf("typeof %s daddr . meta l4proto . th dport . numgen random mod 1 : %s daddr . th dport", k, k)
+		return fmt.Sprintf("typeof %s daddr . meta l4proto . th dport . meta length : %s daddr . th dport", k, k)
 	}
 	return "type " + s.nftType()
 }
