@@ -451,9 +451,15 @@ func nftSet(t *nftables.Table, s Set) *nftables.Set {
 		ns.KeyType = nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService)
 		ns.Concatenation = true
 	case SetEndpoints:
-		ns.KeyType = nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeInteger)
+		// The slot is typed "mark", a 32-bit host-order integer like the
+		// numgen result it is compared with: nft has no slot type, and with
+		// an integer field (or a typeof declaration naming one) nft 0.9.8
+		// (Debian 11) aborts listing a map of two elements or more. No
+		// concatenation flag or field list, as nft writes such a map (a
+		// hash map needs neither).
+		ns.KeyType = nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeMark)
 		ns.DataType = nftables.MustConcatSetType(addr, nftables.TypeInetService)
-		ns.IsMap, ns.Concatenation = true, true
+		ns.IsMap = true
 	case SetAddrs:
 		ns.KeyType = addr
 	case SetAddrPairs:

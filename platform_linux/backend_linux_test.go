@@ -65,7 +65,7 @@ func TestBackendFullAndPartialSync(t *testing.T) {
 		t.Fatalf("full sync: %v", err)
 	}
 	got := nftIn(t, ns, "list", "ruleset")
-	for _, want := range []string{"10.96.0.10 . tcp . 80 . 0 : 10.244.1.5 . 8080", "10.96.0.53 . udp . 53", "ip saddr 198.51.100.0/24 goto fw-"} {
+	for _, want := range []string{"10.96.0.10 . tcp . 80 . 0x00000000 : 10.244.1.5 . 8080", "10.96.0.53 . udp . 53", "ip saddr 198.51.100.0/24 goto fw-"} {
 		if !strings.Contains(got, want) && !strings.Contains(got, strings.Replace(want, "goto fw-", "goto ext-", 1)) {
 			t.Errorf("table lacks %q:\n%s", want, got)
 		}
@@ -105,7 +105,7 @@ func TestBackendFullAndPartialSync(t *testing.T) {
 		t.Errorf("expected a partial sync with commands, got %+v", s)
 	}
 	got = nftIn(t, ns, "list", "ruleset")
-	if !strings.Contains(got, "10.96.0.10 . tcp . 80 . 2 : 10.244.3.3 . 8080") || !strings.Contains(got, "10.244.3.3 . 10.244.3.3") {
+	if !strings.Contains(got, "10.96.0.10 . tcp . 80 . 0x00000002 : 10.244.3.3 . 8080") || !strings.Contains(got, "10.244.3.3 . 10.244.3.3") {
 		t.Errorf("partial sync not applied:\n%s", got)
 	}
 	if strings.Contains(got, "default/empty") || strings.Contains(got, "10.96.0.30") {

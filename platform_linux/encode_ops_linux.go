@@ -2,7 +2,6 @@ package nft
 
 import (
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 
 	"github.com/google/nftables"
@@ -175,31 +174,6 @@ func appendSet(b []byte, table string, s Set, id uint32) []byte {
 		}
 		b = endNest(b, concat)
 		b = endNest(b, desc)
-	}
-	if s.Kind == SetEndpoints {
-		ud := endpointsTypeof[familyIndex(s.Family)]
-		b = pad4(append(appendHdr(b, 4+len(ud), unix.NFTA_SET_USERDATA), ud...))
-	}
-	return b
-}
-
-// endpointsTypeof is the user data of an endpoint map: the key and data
-// declared by expressions ("typeof ip daddr . meta l4proto . th dport . meta
-// length : ip daddr . th dport"), in the form nft 1.0.6 writes for that
-// declaration, so that `nft list` prints the map and its elements by them
-// and its output loads again. nft has no type for a random slot; the slot is
-// declared as "meta length", a 32-bit host-order integer like numgen's
-// result that every nft with typeof (0.9.4 on) knows: declared as numgen,
-// the listing aborts nft 0.9.8 (Debian 11).
-var endpointsTypeof = [2][]byte{
-	mustHex("000400000000010400000000035400040d000000014c0014000407000000010c00040c00000001040c000000010e00040900000001060004100000000214000407000000010c00040b000000010402000000030e0004090000000106000400000000043400040d000000012c0014000407000000010c00040c00000001040c0000000114000407000000010c00040b000000010402000000060400000000"),
-	mustHex("000400000000010400000000035400040d000000014c0014000407000000010c00040d000000010409000000010e00040900000001060004100000000214000407000000010c00040b000000010402000000030e0004090000000106000400000000043400040d000000012c0014000407000000010c00040d0000000104090000000114000407000000010c00040b000000010402000000060400000000"),
-}
-
-func mustHex(s string) []byte {
-	b, err := hex.DecodeString(s)
-	if err != nil {
-		panic(err)
 	}
 	return b
 }

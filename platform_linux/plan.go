@@ -96,7 +96,7 @@ func (b *batch) Text() string {
 					es[i] = fmt.Sprintf("%s . %s . %d", e.Addr, protoName(e.Proto), e.Port)
 				}
 				if op.Kind == OpDelElements && op.Set.Kind == SetEndpoints {
-					es[i] = fmt.Sprintf("%s . %s . %d . %d", e.Addr, protoName(e.Proto), e.Port, e.Slot)
+					es[i] = fmt.Sprintf("%s . %s . %d . 0x%08x", e.Addr, protoName(e.Proto), e.Port, e.Slot)
 				}
 			}
 			fmt.Fprintf(&s, "%s element %s %s { %s }\n", verb, t, op.Set.Name, strings.Join(es, ", "))

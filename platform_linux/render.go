@@ -172,24 +172,15 @@ func (s Set) nftType() string {
 	case SetKeys:
 		return a + " . inet_proto . inet_service"
 	case SetEndpoints:
-		return a + " . inet_proto . inet_service . integer : " + a + " . inet_service"
+		return a + " . inet_proto . inet_service . mark : " + a + " . inet_service"
 	case SetAddrPairs:
 		return a + " . " + a
 	}
 	return a
 }
 
-// nftDecl is the set's type declaration. nft has no name for the type of a
-// random slot, so the endpoint maps are declared by expressions ("typeof"),
-// the slot as "meta length" (encode_ops_linux.go says why), which is also
-// how crossproxy writes them.
-func (s Set) nftDecl() string {
-	if s.Kind == SetEndpoints {
-		k := ipKeyword(s.Family)
-		return fmt.Sprintf("typeof %s daddr . meta l4proto . th dport . meta length : %s daddr . th dport", k, k)
-	}
-	return "type " + s.nftType()
-}
+// nftDecl is the set's type declaration.
+func (s Set) nftDecl() string { return "type " + s.nftType() }
 
 func (e element) nft(kind setKind) string {
 	switch kind {
@@ -206,7 +197,7 @@ func (e element) nft(kind setKind) string {
 		}
 		return s
 	case SetEndpoints:
-		return fmt.Sprintf("%s . %s . %d . %d : %s . %d", e.Addr, protoName(e.Proto), e.Port, e.Slot, e.To.Addr(), e.To.Port())
+		return fmt.Sprintf("%s . %s . %d . 0x%08x : %s . %d", e.Addr, protoName(e.Proto), e.Port, e.Slot, e.To.Addr(), e.To.Port())
 	case SetAddrPairs:
 		return fmt.Sprintf("%s . %s", e.Addr, e.Addr2)
 	}
