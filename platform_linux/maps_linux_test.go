@@ -280,7 +280,7 @@ func TestListedRulesetParsesAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	listed := nftIn(t, ns, "list", "ruleset")
-	for _, want := range []string{"map endpoints-v4", "dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @endpoints-v4",
+	for _, want := range []string{"map endpoints-v4", "ip daddr . meta l4proto . th dport . numgen random mod 2 map @endpoints-v4", // nft 0.9.8: "dnat ip addr . port to"
 		"10.96.0.10 . tcp . 80 . 0x00000001 : 10.244.2.6 . 8080", "chain svc-"} {
 		if !strings.Contains(listed, want) {
 			t.Fatalf("listing lacks %q:\n%s", want, listed)
