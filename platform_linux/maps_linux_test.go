@@ -286,6 +286,12 @@ func TestListedRulesetParsesAgain(t *testing.T) {
 			t.Fatalf("listing lacks %q:\n%s", want, listed)
 		}
 	}
+	// nft before 1.0 (Debian 11's 0.9.8) lists the maps but cannot parse a
+	// concatenated data type back ("type ... : ipv4_addr . inet_service").
+	if v := nftIn(t, ns, "--version"); strings.Contains(v, " v0.") {
+		t.Logf("%s: listing checked, not loaded back", strings.TrimSpace(v))
+		return
+	}
 	var kept []string
 	for _, line := range strings.Split(listed, "\n") {
 		if !strings.Contains(line, "numgen random mod") || !strings.Contains(line, "map @") {
