@@ -470,6 +470,9 @@ down() {
 		[ -z "$pids" ] || kill -KILL $pids 2>/dev/null
 	done
 	for c in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_pid "$D/pids/$c"; done
+	# Any other daemon a script recorded here (conformance.sh's clusterdns,
+	# kubeproxy.sh's kube-proxy) when that script died before stopping it.
+	for f in "$D"/pids/*; do [ -e "$f" ] && stop_pid "$f"; done
 	# Mounts under the state dirs (snapshots, pod volumes, pod netns), deepest first.
 	awk -v d="$D" -v r="$R" '$5 ~ "^"d"/" || $5 ~ "^"r"/" {print $5}' /proc/self/mountinfo | sort -r |
 		while read -r m; do umount -l "$m" 2>/dev/null; done

@@ -176,6 +176,7 @@ one() {
 	echo "$stack" >"$res/stack"
 	bash "$here/cluster.sh" down >/dev/null 2>&1 || true
 	trap 'bash "$here/kubeproxy.sh" stop >/dev/null 2>&1 || true; stop_dns; bash "$here/cluster.sh" down >/dev/null 2>&1' EXIT
+	trap 'exit 143' TERM INT
 	step "$run" "cluster up" env XPC_STACK="$stack" bash "$here/cluster.sh" up
 	step "$run" "cluster DNS" cluster_dns
 	step "$run" "load e2e images" bash "$here/cluster.sh" load "$out/images/agnhost.tar" "$out/images/busybox.tar" \
@@ -220,7 +221,9 @@ runs=() failed=()
 for s in "${stacks[@]}"; do
 	for p in "${proxies[@]}"; do
 		log "$p-$s: waiting for $lock"
-		if CONFORMANCE_ONE=$p CONFORMANCE_STACK=$s flock "$lock" bash "$0" "$version" "$image" "$mode"; then
+		# -o: the lock stays with flock, not with the daemons the run starts
+		# (a clusterdns left by a killed run held it before).
+		if CONFORMANCE_ONE=$p CONFORMANCE_STACK=$s flock -o "$lock" bash "$0" "$version" "$image" "$mode"; then
 			:
 		else
 			log "$p-$s: run failed"
