@@ -528,17 +528,19 @@ func (d *demo) tamper(ctx context.Context) {
 		d.check(false, "next sync of %s: %v", nodeB.Name, err)
 		return
 	}
-	// The frontend lives in one of crossproxy's shard tables (crossproxy-N):
-	// find which in the ruleset.
+	// The frontend is an element of the main table's gate set
+	// (service-frontends-v4) or, for a port with chains of its own, of a
+	// shard's frontend map (crossproxy-N frontends-v4): find which in the
+	// ruleset.
 	key := fmt.Sprintf("%s . tcp . 30080", nodeB.V4)
 	ruleset, err := sh(inNS(nodeB.Name, "nft", "list", "ruleset")...)
-	table := tableHolding(ruleset, key)
+	table, object := frontendHolding(ruleset, key)
 	if err != nil || table == "" {
-		d.check(false, "find the table holding %s: %v", key, err)
+		d.check(false, "find the set holding %s: %v", key, err)
 		return
 	}
 	elem := "{ " + key + " }"
-	args := inNS(nodeB.Name, "nft", "delete", "element", "inet", table, "frontends-v4", elem)
+	args := inNS(nodeB.Name, "nft", "delete", "element", "inet", table, object, elem)
 	say("$ %s", strings.Join(args, " "))
 	if out, err := sh(args...); err != nil {
 		d.check(false, "delete the NodePort element: %v %s", err, out)
@@ -621,17 +623,23 @@ func (d *demo) teardown(keepLogs bool) {
 	say("done")
 }
 
-// tableHolding returns the name of the inet table in an `nft list ruleset`
-// output whose text contains needle, or "".
-func tableHolding(ruleset, needle string) string {
-	table := ""
+// frontendHolding returns the inet table and the frontend set or map (the
+// main table's service-frontends-v4, a shard's frontends-v4) whose elements
+// in an `nft list ruleset` output contain needle, or "", "".
+func frontendHolding(ruleset, needle string) (table, object string) {
 	for _, line := range strings.Split(ruleset, "\n") {
-		if f := strings.Fields(line); len(f) >= 3 && f[0] == "table" && f[1] == "inet" {
-			table = f[2]
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 3 && f[0] == "table" && f[1] == "inet":
+			table, object = f[2], ""
+		case len(f) >= 2 && (f[0] == "set" || f[0] == "map"):
+			object = f[1]
+		case len(f) >= 1 && f[0] == "chain":
+			object = ""
 		}
-		if strings.Contains(line, needle) {
-			return table
+		if (object == "service-frontends-v4" || object == "frontends-v4") && strings.Contains(line, needle) {
+			return table, object
 		}
 	}
-	return ""
+	return "", ""
 }
