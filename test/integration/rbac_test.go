@@ -132,6 +132,11 @@ func TestRunsWithShippedRBAC(t *testing.T) {
 	}
 	limited := kubernetes.NewForConfigOrDie(cfg)
 
+	// The RBAC authorizer reads bindings from an informer cache, so a binding
+	// just created takes effect a moment later; on a busy machine that moment
+	// is seconds. Wait for it before asking questions whose answer depends on it.
+	waitAuthorized(t, e, limited, authzv1.ResourceAttributes{Verb: "list", Resource: "services"})
+
 	// The apiserver's own answer for each request crossproxy makes, and for
 	// a few it must not be able to make.
 	for _, c := range []struct {
@@ -226,5 +231,24 @@ func decodeJSON(t *testing.T, b []byte, into any) {
 	t.Helper()
 	if err := json.Unmarshal(b, into); err != nil {
 		t.Fatalf("%s: %v", rbacFile, err)
+	}
+}
+
+// waitAuthorized polls a SelfSubjectAccessReview until the apiserver allows
+// attrs, failing the test after 30 s.
+func waitAuthorized(t *testing.T, e *env, client kubernetes.Interface, attrs authzv1.ResourceAttributes) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		a := attrs
+		r, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(e.ctx,
+			&authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a}}, metav1.CreateOptions{})
+		if err == nil && r.Status.Allowed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s %s/%s still not allowed 30 s after the binding was created (last error %v)", attrs.Verb, attrs.Group, attrs.Resource, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
