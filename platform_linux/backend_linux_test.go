@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -338,7 +339,7 @@ func TestPartialSyncMovesFrontendBetweenServices(t *testing.T) {
 	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
 		t.Fatal(err)
 	}
-	if full := nftIn(t, ns, "list", "ruleset"); full != partial {
+	if full := nftIn(t, ns, "list", "ruleset"); listingBlocks(full) != listingBlocks(partial) {
 		t.Errorf("partial sync differs from a full sync of the same state:\npartial:\n%s\nfull:\n%s", partial, full)
 	}
 }
@@ -513,28 +514,89 @@ func TestNamespaceSwitchNeverOnCallersThread(t *testing.T) {
 }
 
 // TestRefusedFullSyncNamesTheCommand has the kernel refuse a streamed full
-// sync (a set of the same name but another type is in the way) and checks
-// the error names the refused command, planned again for the purpose; the
-// next full sync recreates the table and succeeds.
+// sync (a regular chain where crossproxy's base chain of that name goes: the
+// kernel does not turn one into the other) and checks the error names the
+// refused command, planned again for the purpose; the next full sync
+// recreates the table and succeeds.
 func TestRefusedFullSyncNamesTheCommand(t *testing.T) {
 	ns := testNS(t)
 	b := newTestBackend(t, ns)
 	nftIn(t, ns, "add", "table", "inet", "crossproxy")
-	nftIn(t, ns, "add", "set", "inet", "crossproxy", "cluster-ips-v4", "{ type ipv6_addr; }")
+	nftIn(t, ns, "add", "chain", "inet", "crossproxy", "dispatch-prerouting")
 	err := b.Sync(context.Background(), testState(), core.Changes{Full: true})
 	if err == nil {
-		t.Fatal("the kernel took a set of another type")
+		t.Fatal("the kernel made a regular chain a base chain")
 	}
-	// Linux 6.x refuses the set; 5.10 takes the set as it is and refuses the
-	// first elements of the wrong type.
-	if !strings.Contains(err.Error(), "add set inet crossproxy cluster-ips-v4 { type ipv4_addr; }") &&
-		!strings.Contains(err.Error(), "elements of set cluster-ips-v4:") {
+	if !strings.Contains(err.Error(), "add chain inet crossproxy dispatch-prerouting") {
 		t.Fatalf("error does not name the refused command: %v", err)
 	}
 	if err := b.Sync(context.Background(), testState(), core.Changes{Full: true}); err != nil {
 		t.Fatalf("full sync after the refusal: %v", err)
 	}
-	if out := nftIn(t, ns, "list", "set", "inet", "crossproxy", "cluster-ips-v4"); !strings.Contains(out, "type ipv4_addr") {
-		t.Fatalf("the set was not recreated:\n%s", out)
+	if out := nftIn(t, ns, "list", "chain", "inet", "crossproxy", "dispatch-prerouting"); !strings.Contains(out, "hook prerouting") {
+		t.Fatalf("the chain was not recreated:\n%s", out)
+	}
+}
+
+// listingBlocks is an nft listing with the sets, maps and chains of each
+// table in name order: nft lists them in the order they were created, and a
+// full sync creates its sets again, so two listings of the same rules can
+// differ in that order alone. Everything inside a block keeps its order.
+func listingBlocks(listing string) string {
+	var out, blocks []string
+	var cur []string
+	for _, line := range strings.Split(listing, "\n") {
+		switch {
+		case strings.HasPrefix(line, "\t") && !strings.HasPrefix(line, "\t\t") && strings.HasSuffix(line, "{"):
+			cur = []string{line}
+		case cur != nil:
+			cur = append(cur, line)
+			if line == "\t}" {
+				blocks = append(blocks, strings.Join(cur, "\n"))
+				cur = nil
+			}
+		case strings.HasPrefix(line, "}"):
+			slices.Sort(blocks)
+			out = append(out, blocks...)
+			out = append(out, line)
+			blocks = nil
+		case strings.TrimSpace(line) != "":
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestFullSyncDropsPortWithChains: a full sync over rules already in the
+// kernel, without a port that had chains of its own (its frontends were
+// elements of a shard's verdict map, goto its chain). The full sync deletes
+// that map and adds it again rather than flushing it; the kernel must let
+// the port's chain go in the same batch, on every kernel the matrix runs.
+func TestFullSyncDropsPortWithChains(t *testing.T) {
+	ns := testNS(t)
+	b := newTestBackend(t, ns)
+	ctx := context.Background()
+	st := testState()
+	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+		t.Fatalf("first full sync: %v", err)
+	}
+	if got := nftIn(t, ns, "list", "ruleset"); !strings.Contains(got, "goto svc-") {
+		t.Fatalf("the test state has no port in a shard:\n%s", got)
+	}
+	for k, p := range st.Ports {
+		if p.Affinity.ClientIP || len(p.SourceRanges) > 0 {
+			delete(st.Ports, k)
+		}
+	}
+	b2 := newTestBackend(t, ns) // a restarted proxy: it knows nothing of the rules
+	if err := b2.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+		t.Fatalf("full sync without the ports that had chains: %v", err)
+	}
+	got := nftIn(t, ns, "list", "ruleset")
+	if strings.Contains(got, "chain svc-") || strings.Contains(got, "goto svc-") {
+		t.Errorf("the ports' chains are still there:\n%s", got)
+	}
+	if !strings.Contains(got, "10.96.0.10 . tcp . 80 . 0x00000000 : 10.244.1.5 . 8080") {
+		t.Errorf("the other ports' endpoints are gone:\n%s", got)
 	}
 }

@@ -100,8 +100,6 @@ func encodeBatch(c *nftables.Conn, batch *batch) error {
 			}
 		case OpDelSet:
 			c.DelSet(&nftables.Set{Table: t, Name: op.Set.Name})
-		case OpFlushSet:
-			c.FlushSet(&nftables.Set{Table: t, Name: op.Set.Name})
 		case OpAddChain:
 			ch := &nftables.Chain{Table: t, Name: op.Chain.Name}
 			if h := op.Chain.Hook; h != nil {

@@ -80,12 +80,8 @@ func appendOp(out *batchBuf, op Op, setID *uint32) error {
 		*setID++
 		out.start(nftMsg|unix.NFT_MSG_NEWSET, unix.NLM_F_REQUEST|unix.NLM_F_CREATE)
 		out.buf = appendSet(nfgen(out.buf), op.Table, op.Set, *setID)
-	case OpDelSet, OpFlushSet:
-		typ := uint16(nftMsg | unix.NFT_MSG_DELSET)
-		if op.Kind == OpFlushSet {
-			typ = nftMsg | unix.NFT_MSG_DELSETELEM
-		}
-		out.start(typ, unix.NLM_F_REQUEST)
+	case OpDelSet:
+		out.start(nftMsg|unix.NFT_MSG_DELSET, unix.NLM_F_REQUEST)
 		out.buf = appendStrAttr(nfgen(out.buf), unix.NFTA_SET_TABLE, op.Table)
 		out.buf = appendStrAttr(out.buf, unix.NFTA_SET_NAME, op.Set.Name)
 	case OpAddChain:
