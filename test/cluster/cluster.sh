@@ -364,7 +364,7 @@ up() {
 		return 1
 	fi
 	ensure_binaries
-	trap 'log "up failed; tearing down"; down' ERR
+	trap 'log "up failed; tearing down"; down; exit 1' ERR
 	mkdir -p "$D" "$R"
 	# What the other scripts (and down) need to know of this cluster.
 	echo "${nodes[*]}" >"$D/nodes"
