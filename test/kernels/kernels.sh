@@ -6,6 +6,8 @@
 #
 #   kernels.sh run [--out FILE] KERNEL...    KERNEL: 5.10, 6.1 or 6.12
 #   kernels.sh prepare KERNEL...             only fill the cache
+#   KERNELS_BENCH=1 kernels.sh run KERNEL... the endpoint-change benchmark at
+#                                            1k and 10k Services, both layouts
 #
 # Each kernel's image, modules and root filesystem are cached in
 # $CACHE/kernels-KERNEL (CACHE defaults to ~/.cache/crossproxy); a kernel
@@ -165,10 +167,24 @@ build() {
 	cp -r "$ROOT/platform_linux/testdata" "$WORK/overlay/xp/platform_linux/"
 	cp "$ROOT/test/kernels/init.sh" "$WORK/overlay/init"
 	chmod 755 "$WORK/overlay/init"
-	cat >"$WORK/overlay/xp/suites" <<-EOF
-		platform_linux /xp/platform_linux /xp/platform_linux.test -test.v -test.count=1 -test.timeout=5m
-		e2e /xp/e2e env CROSSPROXY_E2E_BINARY=/xp/crossproxy /xp/e2e.test -test.v -test.count=1 -test.timeout=8m -test.skip='$E2E_SKIP'
-	EOF
+	if [ "${KERNELS_BENCH:-}" ]; then
+		# One endpoint change at 1k and 10k Services, in the shared-map
+		# layout and in chains per port: whether its cost grows with the
+		# number of Services on this kernel (emulated, so only the ratios
+		# mean anything).
+		local n layout
+		: >"$WORK/overlay/xp/suites"
+		for layout in 0 1; do
+			for n in 1000 10000; do
+				echo "bench-own$layout-$n /xp/platform_linux env BENCH_OWN_CHAINS=$layout BENCH_SERVICES=$n /xp/platform_linux.test -test.run '^\$' -test.bench EndpointChange -test.benchtime 100x -test.timeout 10m" >>"$WORK/overlay/xp/suites"
+			done
+		done
+	else
+		cat >"$WORK/overlay/xp/suites" <<-EOF
+			platform_linux /xp/platform_linux /xp/platform_linux.test -test.v -test.count=1 -test.timeout=5m
+			e2e /xp/e2e env CROSSPROXY_E2E_BINARY=/xp/crossproxy /xp/e2e.test -test.v -test.count=1 -test.timeout=8m -test.skip='$E2E_SKIP'
+		EOF
+	fi
 	(cd "$WORK/overlay" && find . | cpio -o -H newc --quiet) >"$WORK/overlay.cpio"
 }
 
@@ -288,6 +304,13 @@ main() {
 	for k in "$@"; do prepare "$k"; done
 	[ "$cmd" = run ] || exit 0
 	build
+	if [ "${KERNELS_BENCH:-}" ]; then
+		for k in "$@"; do
+			boot "$k" || log "kernel $k: the guest did not finish"
+			tr -d '\r' <"$WORK/$k.log" | awk -v k="$k" '/^XPK-BEGIN / {s = $2} /^Benchmark/ {print k, s, $0}' | tee "$WORK/bench-$k.txt"
+		done
+		return 0
+	fi
 	local failed=()
 	for k in "$@"; do
 		boot "$k" || failed+=("$k: the guest did not finish")

@@ -18,3 +18,11 @@ test-kernel:
 
 test-kernels:
 	bash test/kernels/kernels.sh run --out test/results/kernels.md 5.10 6.1 6.12
+
+# bench-kernel: one endpoint change at 1k and 10k Services in both layouts,
+# inside the 6.1 guest (KERNELS=... for others): does its cost grow with the
+# number of Services on that kernel? Emulated, so only the ratios mean
+# anything (test/results/scale.md).
+.PHONY: bench-kernel
+bench-kernel:
+	KERNELS_BENCH=1 bash test/kernels/kernels.sh run $${KERNELS:-6.1}
