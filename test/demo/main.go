@@ -254,8 +254,15 @@ func (d *demo) startProxies() error {
 		if err != nil {
 			return err
 		}
+		// Node b's proxy repairs a foreign change no sooner than
+		// repairDelay after its last sync (its drift watcher sees the
+		// change at once): the tamper step needs that long to look.
+		minSync := 200 * time.Millisecond
+		if n == nodeB {
+			minSync = repairDelay
+		}
 		args := []string{d.crossproxy, "run", "--hostname-override", n.Name, "--netns", "/run/netns/" + n.Name,
-			"--cluster-cidr", clusterCIDR, "--debug-address", addr, "--min-sync-period", "200ms", "--sync-period", syncPeriod.String(), "--full-sync-period", syncPeriod.String()}
+			"--cluster-cidr", clusterCIDR, "--debug-address", addr, "--min-sync-period", minSync.String(), "--sync-period", syncPeriod.String(), "--full-sync-period", syncPeriod.String()}
 		if d.mode == "kube" {
 			args = append(args, "--kubeconfig", d.kubeconfig)
 		} else {
@@ -513,16 +520,21 @@ func (d *demo) waitNextSync(ctx context.Context, n *node) error {
 	return fmt.Errorf("no sync within %s", 2*syncPeriod)
 }
 
-// syncPeriod is the proxies' full-sync period: short, so the demo can show a
-// full sync repairing what was changed behind the proxy's back.
+// syncPeriod is the proxies' sync and full-sync period.
 const syncPeriod = 10 * time.Second
 
+// repairDelay is node b's --min-sync-period: the drift watcher asks for a
+// repair the moment nft deletes the element, and the runner starts it no
+// sooner than this after the last sync, which leaves the tamper step time
+// to ask explain and to send a request first (about 1.2 s).
+const repairDelay = 4 * time.Second
+
 // tamper deletes node b's NodePort frontend of web with the nft CLI, shows
-// explain naming it from the kernel's rules, then waits for the periodic full
-// sync to put it back.
+// explain naming it from the kernel's rules and the NodePort not answering,
+// then waits for node b's proxy, which saw the foreign change, to put it back.
 func (d *demo) tamper(ctx context.Context) {
-	// Start right after a periodic full sync, so none repairs the rule
-	// before explain has looked.
+	// Start right after a sync, so the repair comes repairDelay later, not
+	// before explain and the request have looked.
 	say("waiting for node b's next periodic full sync, so the change stays in place while we look")
 	if err := d.waitNextSync(ctx, nodeB); err != nil {
 		d.check(false, "next sync of %s: %v", nodeB.Name, err)
@@ -556,7 +568,7 @@ func (d *demo) tamper(ctx context.Context) {
 	lines := d.get(Prefix+"client", nodeB.V4+":30080", 1)
 	d.check(all(lines, func(s string) bool { return !strings.Contains(s, " saw ") }), "the NodePort on node b no longer answers")
 
-	say("waiting for the periodic full sync (--full-sync-period %s) to repair it", syncPeriod)
+	say("waiting for node b's proxy to repair it (it saw the change; a repair waits --min-sync-period %s after the last sync)", repairDelay)
 	t := time.Now()
 	for time.Since(t) < 3*syncPeriod && ctx.Err() == nil {
 		if rep, err := debug.Fetch(ctx, d.debugURL[nodeB], web); err == nil && rep.OK() {
