@@ -34,7 +34,6 @@ func benchSizes(b *testing.B, def ...int) []int {
 	return []int{n}
 }
 
-// resetPeakRSS makes VmHWM start again from the current resident size.
 // newBenchBackend is newTestBackend in the layout the benchmark is asked for:
 // BENCH_OWN_CHAINS=1 gives every port chains of its own (the layout before the
 // shared maps), so both can be measured on the same machine.
@@ -44,6 +43,7 @@ func newBenchBackend(b *testing.B, ns string) *Backend {
 	return be
 }
 
+// resetPeakRSS makes VmHWM start again from the current resident size.
 func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0o644) }
 
 // peakRSSMB reads the process's peak resident size since the last reset.

@@ -165,8 +165,7 @@ func TestRunsWithShippedRBAC(t *testing.T) {
 		{authzv1.ResourceAttributes{Verb: "delete", Resource: "events", Namespace: "default"}, false},
 	} {
 		attrs := c.attrs
-		r, err := limited.AuthorizationV1().SelfSubjectAccessReviews().Create(e.ctx,
-			&authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attrs}}, metav1.CreateOptions{})
+		r, err := accessReview(e, limited, attrs)
 		if err != nil {
 			t.Fatalf("access review %+v: %v", attrs, err)
 		}
@@ -240,9 +239,7 @@ func waitAuthorized(t *testing.T, e *env, client kubernetes.Interface, attrs aut
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		a := attrs
-		r, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(e.ctx,
-			&authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &a}}, metav1.CreateOptions{})
+		r, err := accessReview(e, client, attrs)
 		if err == nil && r.Status.Allowed {
 			return
 		}
@@ -251,4 +248,10 @@ func waitAuthorized(t *testing.T, e *env, client kubernetes.Interface, attrs aut
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// accessReview asks the apiserver whether client may do attrs.
+func accessReview(e *env, client kubernetes.Interface, attrs authzv1.ResourceAttributes) (*authzv1.SelfSubjectAccessReview, error) {
+	return client.AuthorizationV1().SelfSubjectAccessReviews().Create(e.ctx,
+		&authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attrs}}, metav1.CreateOptions{})
 }
