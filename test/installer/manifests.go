@@ -31,11 +31,40 @@ type Document struct {
 	Raw  []byte
 }
 
-// RepoRoot is the repository's top directory, found from this source file so
-// the tests work from any working directory.
+// rootModule is the module path of the repository's top go.mod.
+const rootModule = "github.com/crossproxy/crossproxy"
+
+// RepoRoot is the repository's top directory: the nearest directory at or
+// above the working directory (go test runs a test in its package's
+// directory) whose go.mod is the root module's. It is not taken from this
+// source file's path, which -trimpath (as installer/test.sh builds the
+// tests, to share vet's compiles) turns into a module path; that path is
+// only the fallback for a test binary run from elsewhere.
 func RepoRoot() string {
+	if dir, err := os.Getwd(); err == nil {
+		for {
+			if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modulePath(data) == rootModule {
+				return dir
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				break
+			}
+			dir = parent
+		}
+	}
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// modulePath is the path on a go.mod file's module line, or "".
+func modulePath(gomod []byte) string {
+	for _, line := range strings.Split(string(gomod), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`)
+		}
+	}
+	return ""
 }
 
 // ManifestFiles lists the Kubernetes manifests installer/ ships, per OS, in the
