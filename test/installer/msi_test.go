@@ -371,6 +371,21 @@ func (w *winePrefix) waitRunning(starts int) int {
 	return pid
 }
 
+// waitNoService waits until no service process is left, for at most
+// timeout, and returns the one still running then (0 when none): msiexec /x
+// returns once the service is deleted, and Wine may still be ending its
+// process.
+func (w *winePrefix) waitNoService(timeout time.Duration) int {
+	deadline := time.Now().Add(timeout)
+	for {
+		pid := w.servicePID()
+		if pid == 0 || time.Now().After(deadline) {
+			return pid
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func (w *winePrefix) regQuery(key, value string) string {
 	out, code := w.run("reg", "query", key, "/v", value)
 	if code != 0 {
@@ -524,8 +539,8 @@ func TestMSIUnderWine(t *testing.T) {
 		if s := w.serviceState(); s != "" {
 			t.Errorf("service still registered after uninstall: %s", s)
 		}
-		if now := w.servicePID(); now != 0 {
-			t.Errorf("service process %d still running after uninstall", now)
+		if now := w.waitNoService(15 * time.Second); now != 0 {
+			t.Errorf("service process %d still running 15 s after uninstall", now)
 		}
 		// Wine's msiexec sometimes ends the service process without
 		// delivering SERVICE_CONTROL_STOP (neither the "stopping" nor the
