@@ -86,7 +86,6 @@ LINT_GOFLAGS = $(strip $(shell $(GO) env GOFLAGS) -trimpath)
 LINT_CACHES := $(HOME)/.cache/crossproxy/staticcheck-cache
 
 lint: $(STATICCHECK)
-	@mkdir -p $(LINT_CACHES)
 	@cache=$(LINT_CACHES)/$$(printf '%s' '$(CURDIR)' | sha256sum | cut -c1-16); mkdir -p $$cache; touch $$cache; \
 	  ls -dt $(LINT_CACHES)/*/ | tail -n +5 | xargs -r rm -rf; \
 	  echo "staticcheck (cache $$cache)"; \
