@@ -14,6 +14,14 @@ endif
 LDFLAGS := -s -w -X main.version=$(VERSION)
 PLATFORMS := linux/amd64 linux/arm64 windows/amd64 windows/arm64
 export CGO_ENABLED ?= 0
+# Every go command make runs, and every script it calls, compiles with
+# -trimpath, set here once: the build cache keys a compile on it, so a
+# package graph compiled by one suite (vet, cross, the e2e binaries, the
+# Kubernetes components under test/) is reused by the next only when all of
+# them use it (test/results/make-test.md). The release binaries need it too,
+# to be the same from any checkout. The machine's own GOFLAGS (go env) are
+# kept.
+export GOFLAGS := $(strip $(filter-out -trimpath,$(shell $(GO) env GOFLAGS)) -trimpath)
 
 # Suites run by `make test`. Fragments append to these.
 TEST_SUITES := vet lint cross fuzz-short test-unit
@@ -30,14 +38,14 @@ TEST_ORDER := vet lint cross fuzz-short test-unit test-helm test-windows test-e2
 all: build
 
 build:
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/crossproxy ./cmd/crossproxy
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/crossproxy ./cmd/crossproxy
 
 cross:
 	@set -e; for p in $(PLATFORMS); do \
 	  os=$${p%/*}; arch=$${p#*/}; ext=; [ $$os = windows ] && ext=.exe; \
 	  out=dist/crossproxy-$(VERSION)-$$os-$$arch$$ext; \
 	  echo "build $$out"; \
-	  GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $$out ./cmd/crossproxy; \
+	  GOOS=$$os GOARCH=$$arch $(GO) build -ldflags '$(LDFLAGS)' -o $$out ./cmd/crossproxy; \
 	done
 
 # The build tags of the root module's suites under test/ (its //go:build
@@ -47,20 +55,18 @@ cross:
 # of these tags, so the one tagged linux run vets the untagged build too.
 VET_TAGS := e2e,integration,installer
 
-# -trimpath as in build and cross, and in every suite that compiles the same
-# graph (the e2e, integration, Windows and kernel suites, fuzz-short): vet
-# needs every dependency compiled, and with the same flags those compiles are
-# shared, so each graph is compiled once per OS and architecture
-# (test/results/make-test.md). Windows is vetted as released and, for
+# vet needs every dependency compiled; with GOFLAGS' -trimpath those are the
+# compiles build, cross and the suites share, so each graph is compiled once
+# per OS and architecture (test/results/make-test.md). Windows is vetted as released and, for
 # cmd/crossproxy only (its dependencies are already compiled), as the Wine
 # service test builds it (-tags fakehns). Only on amd64: no file of the
 # module depends on the architecture, so vetting arm64 would check the same
 # files again at the price of compiling its test graph (the fake clientset
 # among it) once more; `make cross` builds the arm64 binaries.
 vet:
-	$(GO) vet -trimpath -tags $(VET_TAGS) ./...
-	GOOS=windows GOARCH=amd64 $(GO) vet -trimpath ./...
-	GOOS=windows GOARCH=amd64 $(GO) vet -trimpath -tags fakehns ./cmd/...
+	$(GO) vet -tags $(VET_TAGS) ./...
+	GOOS=windows GOARCH=amd64 $(GO) vet ./...
+	GOOS=windows GOARCH=amd64 $(GO) vet -tags fakehns ./cmd/...
 
 # staticcheck (honnef.co/go/tools), pinned in tools/staticcheck/go.mod, a
 # module of its own so the root go.mod never depends on it; built once per
@@ -72,17 +78,16 @@ STATICCHECK_VERSION := $(shell awk '$$1 == "honnef.co/go/tools" {print $$2}' too
 STATICCHECK := $(HOME)/.cache/crossproxy/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 
 $(STATICCHECK):
-	cd tools/staticcheck && $(GO) build -trimpath -o $@ honnef.co/go/tools/cmd/staticcheck
+	cd tools/staticcheck && $(GO) build -o $@ honnef.co/go/tools/cmd/staticcheck
 
 # staticcheck type-checks dependencies from the export data `go list -export`
-# compiles; with -trimpath, as vet compiles them, those are the compiles vet
-# left in the build cache, not a second copy of the linux and windows graphs.
+# compiles; with GOFLAGS' -trimpath those are the compiles vet left in the
+# build cache, not a second copy of the linux and windows graphs.
 # staticcheck keys its cache on the packages' build IDs, which -trimpath makes
 # the same in every checkout, while the findings it caches carry absolute
 # paths: one checkout's cached findings, replayed in another, no longer merge
 # across the matrix (a function used on linux only came out unused). So each
 # checkout gets a cache of its own, the four used last are kept.
-LINT_GOFLAGS = $(strip $(shell $(GO) env GOFLAGS) -trimpath)
 LINT_CACHES := $(HOME)/.cache/crossproxy/staticcheck-cache
 
 lint: $(STATICCHECK)
@@ -90,7 +95,7 @@ lint: $(STATICCHECK)
 	  ls -dt $(LINT_CACHES)/*/ | tail -n +5 | xargs -r rm -rf; \
 	  echo "staticcheck (cache $$cache)"; \
 	  printf '%s\n' 'linux: -tags=$(VET_TAGS)' 'windows: GOOS=windows -tags=fakehns' 'winrelease: GOOS=windows' \
-	  | STATICCHECK_CACHE=$$cache GOFLAGS='$(LINT_GOFLAGS)' $(STATICCHECK) -matrix ./...
+	  | STATICCHECK_CACHE=$$cache $(STATICCHECK) -matrix ./...
 
 # Unit tests of every package under the race detector (it needs cgo and gcc,
 # which test/setup-host.sh installs). The core's coverage, taken from the same
@@ -114,7 +119,7 @@ test-unit:
 # Override with FUZZTIME=60s or FUZZTIME=100000x.
 FUZZTIME ?= 40000x
 fuzz-short:
-	$(GO) test -trimpath -run '^$$' -fuzz '^FuzzCompute$$' -fuzztime $(FUZZTIME) ./core/
+	$(GO) test -run '^$$' -fuzz '^FuzzCompute$$' -fuzztime $(FUZZTIME) ./core/
 
 bench-core:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/ ./platform/
@@ -135,9 +140,16 @@ setup:
 # The suites in TEST_ORDER's order, then any other a fragment added.
 TEST_RUN := $(filter $(TEST_SUITES),$(TEST_ORDER)) $(filter-out $(TEST_ORDER),$(TEST_SUITES))
 
+# UPSTREAM_PREBUILD=0 leaves the upstream builds to the suites that need them
+# (test/upstream.sh says why they start early); their log is bin/upstream.log.
+UPSTREAM_PREBUILD ?= 1
+
 test: setup
 	@mkdir -p bin
-	@failed=""; passed=0; \
+	@up=; if [ '$(UPSTREAM_PREBUILD)' = 1 ]; then \
+	  setsid nice -n 10 bash test/upstream.sh > bin/upstream.log 2>&1 & up=$$!; fi; \
+	trap '[ -n "$$up" ] && kill -- -$$up 2>/dev/null; true' EXIT; \
+	failed=""; passed=0; \
 	for t in $(TEST_RUN); do \
 	  echo "== make $$t"; start=$$(date +%s); \
 	  if $(MAKE) --no-print-directory $$t; then passed=$$((passed+1)); r=ok; else failed="$$failed $$t"; r=FAILED; fi; \

@@ -27,7 +27,7 @@ installer-force:
 # The windows/amd64 binary, the same command as `make cross` for one platform.
 $(WIN_EXE): installer-force
 	@mkdir -p dist
-	GOOS=windows GOARCH=amd64 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $@ ./cmd/crossproxy
+	GOOS=windows GOARCH=amd64 $(GO) build -ldflags '$(LDFLAGS)' -o $@ ./cmd/crossproxy
 
 # installer/msi.sh does the staging, wixl, the attribute fix and signing.
 msi: $(WIN_EXE)

@@ -12,14 +12,14 @@ trap 'rm -rf "$work"' EXIT
 echo "-- systemd unit: systemd-analyze verify"
 # verify needs ExecStart to exist: point it at a copy of the Linux binary.
 mkdir -p "$work/unit"
-$GO build -trimpath -o "$work/unit/crossproxy" ./cmd/crossproxy
+$GO build -o "$work/unit/crossproxy" ./cmd/crossproxy
 sed "s#/usr/local/bin/crossproxy#$work/unit/crossproxy#" installer/linux/crossproxy.service > "$work/unit/crossproxy.service"
 systemd-analyze verify "$work/unit/crossproxy.service"
 systemd-analyze security --offline=yes --threshold=30 "$work/unit/crossproxy.service" | tail -1
 
 echo "-- windows binary"
 exe="$work/crossproxy.exe"
-GOOS=windows GOARCH=amd64 CGO_ENABLED=0 $GO build -trimpath -o "$exe" ./cmd/crossproxy
+GOOS=windows GOARCH=amd64 CGO_ENABLED=0 $GO build -o "$exe" ./cmd/crossproxy
 
 echo "-- go tests (manifests; dry-run apply and RBAC on a real kube-apiserver; NET_ADMIN-only run; MSI tables; MSI under Wine; install.ps1; signing)"
-CROSSPROXY_WINDOWS_EXE="$exe" CROSSPROXY_LINUX_BIN="$work/unit/crossproxy" $GO test -trimpath -count=1 -tags installer,integration -v ./test/installer/
+CROSSPROXY_WINDOWS_EXE="$exe" CROSSPROXY_LINUX_BIN="$work/unit/crossproxy" $GO test -count=1 -tags installer,integration -v ./test/installer/

@@ -12,6 +12,11 @@ here="$(cd "$(dirname "$0")" && pwd)"
 bin_dir="${CROSSPROXY_APISERVER_BIN_DIR:-${APISERVER_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/crossproxy/apiserver-bin}}"
 mkdir -p "$bin_dir"
 bin_dir="$(cd "$bin_dir" && pwd)"
+# One build at a time: make test starts this build in the background
+# (test/upstream.sh) while a suite may ask for it too; the second waits, then
+# finds the stamp.
+exec 8>"$bin_dir/.lock"
+flock 8
 cd "$here"
 
 stamp_of() {
@@ -41,8 +46,8 @@ fi
 parallel="${APISERVER_BUILD_P:-2}"
 echo "apiserver: building etcd and kube-apiserver into $bin_dir (-p $parallel)"
 start=$(date +%s)
-go build -p "$parallel" -trimpath -ldflags='-s -w' -o "$bin_dir/etcd.tmp" ./cmd/etcd
-go build -p "$parallel" -trimpath -ldflags='-s -w' -o "$bin_dir/kube-apiserver.tmp" ./cmd/kube-apiserver
+go build -p "$parallel" -ldflags='-s -w' -o "$bin_dir/etcd.tmp" ./cmd/etcd
+go build -p "$parallel" -ldflags='-s -w' -o "$bin_dir/kube-apiserver.tmp" ./cmd/kube-apiserver
 mv -f "$bin_dir/etcd.tmp" "$bin_dir/etcd"
 mv -f "$bin_dir/kube-apiserver.tmp" "$bin_dir/kube-apiserver"
 echo "$stamp" >"$bin_dir/.stamp"

@@ -19,6 +19,11 @@ here="$(cd "$(dirname "$0")" && pwd)"
 bin_dir="${CROSSPROXY_CLUSTER_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/crossproxy/cluster-bin}"
 mkdir -p "$bin_dir"
 bin_dir="$(cd "$bin_dir" && pwd)"
+# One build at a time: make test starts this build in the background
+# (test/upstream.sh) while a suite may ask for it too; the second waits, then
+# finds the stamp.
+exec 8>"$bin_dir/.lock-e2e"
+flock 8
 cd "$here"
 agnhost_version=2.66.1
 
@@ -40,13 +45,13 @@ start=$(date +%s)
 echo "cluster: building e2enet.test, agnhost $agnhost_version, regression-issue-74839, clusterdns and ginkgo into $bin_dir (-p $parallel)"
 # -vet=off: go test would vet (and so analyze) every one of the ~2000
 # packages the suite imports.
-go test -c -vet=off -p "$parallel" -tags conformance -trimpath -ldflags='-s -w' -o "$bin_dir/e2enet.test.tmp" ./e2enet
-go build -p "$parallel" -trimpath -ldflags="-s -w -X main.Version=$agnhost_version" \
+go test -c -vet=off -p "$parallel" -tags conformance -ldflags='-s -w' -o "$bin_dir/e2enet.test.tmp" ./e2enet
+go build -p "$parallel" -ldflags="-s -w -X main.Version=$agnhost_version" \
 	-o "$bin_dir/agnhost.tmp" k8s.io/kubernetes/test/images/agnhost
-go build -p "$parallel" -trimpath -ldflags='-s -w' -o "$bin_dir/regression-issue-74839.tmp" \
+go build -p "$parallel" -ldflags='-s -w' -o "$bin_dir/regression-issue-74839.tmp" \
 	k8s.io/kubernetes/test/images/regression-issue-74839
-go build -p "$parallel" -trimpath -ldflags='-s -w' -o "$bin_dir/clusterdns.tmp" ./clusterdns
-go build -p "$parallel" -trimpath -ldflags='-s -w' -o "$bin_dir/ginkgo.tmp" github.com/onsi/ginkgo/v2/ginkgo
+go build -p "$parallel" -ldflags='-s -w' -o "$bin_dir/clusterdns.tmp" ./clusterdns
+go build -p "$parallel" -ldflags='-s -w' -o "$bin_dir/ginkgo.tmp" github.com/onsi/ginkgo/v2/ginkgo
 mv -f "$bin_dir/e2enet.test.tmp" "$bin_dir/e2enet.test"
 mv -f "$bin_dir/agnhost.tmp" "$bin_dir/agnhost"
 mv -f "$bin_dir/clusterdns.tmp" "$bin_dir/clusterdns"

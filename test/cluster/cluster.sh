@@ -226,9 +226,9 @@ control_plane() {
 images() {
 	local out="$D/images"
 	mkdir -p "$out" "$root/bin"
-	(cd "$root/test/images" && CGO_ENABLED=0 go build -trimpath -o "$root/bin/ociimage" ./ociimage &&
-		CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/pause" ./pause &&
-		CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/netecho" ./netecho)
+	(cd "$root/test/images" && CGO_ENABLED=0 go build -o "$root/bin/ociimage" ./ociimage &&
+		CGO_ENABLED=0 go build -ldflags='-s -w' -o "$out/pause" ./pause &&
+		CGO_ENABLED=0 go build -ldflags='-s -w' -o "$out/netecho" ./netecho)
 	"$root/bin/ociimage" -ref $pause_image -archive "$out/pause.tar" -image "linux/amd64=$out/pause:/pause" >/dev/null
 	"$root/bin/ociimage" -ref $netecho_image -archive "$out/netecho.tar" -image "linux/amd64=$out/netecho:/netecho" >/dev/null
 }

@@ -36,8 +36,8 @@ out="$(cd "$out" && pwd)"
 work="$out/rootfs"
 rm -rf "$work"
 trap 'rm -rf "$work"' EXIT
-(cd "$root/test/images" && CGO_ENABLED=0 go build -trimpath -o "$root/bin/ociimage" ./ociimage &&
-	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/pause" ./pause)
+(cd "$root/test/images" && CGO_ENABLED=0 go build -o "$root/bin/ociimage" ./ociimage &&
+	CGO_ENABLED=0 go build -ldflags='-s -w' -o "$out/pause" ./pause)
 ociimage="$root/bin/ociimage"
 
 # base DIR: a merged-/usr skeleton (bin, sbin, lib, lib64 link into usr as

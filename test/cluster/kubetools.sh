@@ -33,7 +33,7 @@ mkdir -p "$fs/usr/lib/x86_64-linux-gnu"
 cp -a /usr/lib/x86_64-linux-gnu/xtables "$fs/usr/lib/x86_64-linux-gnu/"
 cp /etc/protocols /etc/services "$fs/etc/" 2>/dev/null || true
 echo 'root:x:0:0:root:/root:/bin/sh' >"$fs/etc/passwd"
-(cd "$root/test/images" && CGO_ENABLED=0 go build -trimpath -o "$root/bin/ociimage" ./ociimage)
+(cd "$root/test/images" && CGO_ENABLED=0 go build -o "$root/bin/ociimage" ./ociimage)
 "$root/bin/ociimage" -ref "$ref" -archive "$out" \
 	-image "linux/amd64=$k8s_bin/kube:/usr/local/bin/kube" -rootfs "linux/amd64=$fs" >/dev/null
 echo "kubetools: $ref -> $out"

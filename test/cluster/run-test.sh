@@ -14,9 +14,9 @@ up_ref="${image%:*}:$up_version"
 out=bin/cluster
 mkdir -p "$out"
 echo "test-cluster: upgrade image $up_ref"
-GOOS=linux GOARCH=amd64 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$up_version" \
+GOOS=linux GOARCH=amd64 CGO_ENABLED=0 go build -ldflags "-s -w -X main.version=$up_version" \
 	-o "$out/crossproxy-next" ./cmd/crossproxy
-(cd test/images && CGO_ENABLED=0 go build -trimpath -o "$root/bin/ociimage" ./ociimage)
+(cd test/images && CGO_ENABLED=0 go build -o "$root/bin/ociimage" ./ociimage)
 bin/ociimage -ref "$up_ref" -version "$up_version" -archive "$out/crossproxy-next-image.tar" \
 	-image "linux/amd64=$out/crossproxy-next:/usr/local/bin/crossproxy"
 bash installer/render.sh "$up_ref" "$up_ref" "$up_version" "$out/next"

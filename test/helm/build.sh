@@ -27,6 +27,12 @@ version="$(awk '$1 == "helm.sh/helm/v4" { print $2 }' go.mod)"
 [ -n "$version" ] || { echo "build.sh: no helm.sh/helm/v4 in go.mod" >&2; exit 1; }
 dir="${XDG_CACHE_HOME:-$HOME/.cache}/crossproxy/helm-$version"
 stamp="$({ go version; cat build.sh go.mod go.sum; } | sha256sum | cut -d' ' -f1)"
+mkdir -p "$dir"
+# One build at a time: make test starts this build in the background
+# (test/upstream.sh) while a suite may ask for it too; the second waits, then
+# finds the stamp.
+exec 8>"$dir/.lock"
+flock 8
 if [ -x "$dir/helm" ] && [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$stamp" ]; then
 	echo "$dir/helm"
 	exit 0
@@ -37,7 +43,7 @@ mkdir -p "$dir"
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod"
 echo "helm: building helm $version into $dir" >&2
 start=$(date +%s)
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$version" \
+CGO_ENABLED=0 go build -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$version" \
 	-o "$dir/helm.tmp" helm.sh/helm/v4/cmd/helm >&2
 mv -f "$dir/helm.tmp" "$dir/helm"
 echo "$stamp" >"$dir/.stamp"

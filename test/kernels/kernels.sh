@@ -165,9 +165,9 @@ build() {
 	mkdir -p "$WORK/overlay/xp/platform_linux" "$WORK/overlay/xp/e2e"
 	log "building the test binaries"
 	(cd "$ROOT" &&
-		CGO_ENABLED=0 go build -trimpath -o "$WORK/overlay/xp/crossproxy" ./cmd/crossproxy &&
-		CGO_ENABLED=0 go test -c -trimpath -o "$WORK/overlay/xp/platform_linux.test" ./platform_linux &&
-		CGO_ENABLED=0 go test -c -trimpath -tags e2e -o "$WORK/overlay/xp/e2e.test" ./test/e2e)
+		CGO_ENABLED=0 go build -o "$WORK/overlay/xp/crossproxy" ./cmd/crossproxy &&
+		CGO_ENABLED=0 go test -c -o "$WORK/overlay/xp/platform_linux.test" ./platform_linux &&
+		CGO_ENABLED=0 go test -c -tags e2e -o "$WORK/overlay/xp/e2e.test" ./test/e2e)
 	rm -rf "$WORK/overlay/xp/platform_linux/testdata"
 	cp -r "$ROOT/platform_linux/testdata" "$WORK/overlay/xp/platform_linux/"
 	cp "$ROOT/test/kernels/init.sh" "$WORK/overlay/init"

@@ -10,8 +10,8 @@ TEST_SUITES += test-demo
 .PHONY: demo demo-bin test-demo
 
 demo-bin: build
-	$(GO) build -trimpath -o bin/xpd-echo ./test/demo/echo
-	$(GO) build -trimpath -o bin/xpd-demo ./test/demo
+	$(GO) build -o bin/xpd-echo ./test/demo/echo
+	$(GO) build -o bin/xpd-demo ./test/demo
 
 demo:
 	@bash test/setup-host.sh

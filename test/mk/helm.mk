@@ -18,7 +18,7 @@ helm:
 
 test-helm: helm
 	cd test/helm && HELM="$$(bash build.sh helm)" PROMTOOL="$$(bash build.sh promtool)" \
-	  GOFLAGS=-mod=mod $(GO) test -count=1 -v .
+	  GOFLAGS='$(GOFLAGS) -mod=mod' $(GO) test -count=1 -v .
 
 # The chart's version is SemVer: MSI_VERSION (a vX.Y.Z tag, else 0.0.<commit count>).
 helm-chart: helm

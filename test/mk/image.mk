@@ -32,7 +32,7 @@ ociimage-force:
 
 $(OCIIMAGE): ociimage-force
 	@mkdir -p bin
-	cd test/images && $(GO) build -trimpath -o ../../$(OCIIMAGE) ./ociimage
+	cd test/images && $(GO) build -o ../../$(OCIIMAGE) ./ociimage
 
 image: cross $(OCIIMAGE)
 	$(OCIIMAGE) -ref '$(IMAGE)' -version '$(VERSION)' -created $(IMAGE_CREATED) \
@@ -43,7 +43,7 @@ image: cross $(OCIIMAGE)
 
 # crane from the Go module proxy, built once into the cache.
 $(CRANE):
-	GOBIN=$(dir $(CRANE)) GOFLAGS=-mod=mod $(GO) install github.com/google/go-containerregistry/cmd/crane@$(CRANE_VERSION)
+	GOBIN=$(dir $(CRANE)) GOFLAGS='$(GOFLAGS) -mod=mod' $(GO) install github.com/google/go-containerregistry/cmd/crane@$(CRANE_VERSION)
 
 crane: $(CRANE)
 

@@ -10,10 +10,10 @@ apiserver:
 	bash test/apiserver/build.sh
 
 # test-integration runs crossproxy against the real apiserver (needs root:
-# it creates network namespaces prefixed xpk-). GOFLAGS -trimpath reaches the
-# crossproxy build the suite makes, too: both share the compiles of vet and cross.
+# it creates network namespaces prefixed xpk-). The Makefile's GOFLAGS reach
+# the crossproxy build the suite makes, which so shares the compiles of vet and cross.
 test-integration: apiserver
-	GOFLAGS=-trimpath $(GO) test -tags integration -count=1 -p 1 -timeout 20m ./test/harness/ ./test/integration/
+	$(GO) test -tags integration -count=1 -p 1 -timeout 20m ./test/harness/ ./test/integration/
 
 BENCH_SUITES += bench-k8s
 .PHONY: bench-k8s

@@ -8,12 +8,12 @@ BENCH_SUITES += bench-linux
 
 # The console gets the test names, results and t.Log lines; bin/e2e.log keeps
 # the whole output, and a failing run prints it all: a failing test logs the
-# crossproxy log and the ruleset, which the filter would drop. GOFLAGS
-# -trimpath reaches the crossproxy build the suite makes, too: both share the
+# crossproxy log and the ruleset, which the filter would drop. The Makefile's
+# GOFLAGS reach the crossproxy build the suite makes, which so shares the
 # compiles of vet and cross.
 test-e2e-linux:
 	@mkdir -p bin
-	GOFLAGS=-trimpath $(GO) test -tags e2e -count=1 -timeout 10m -v ./test/e2e/ 2>&1 | tee bin/e2e.log | \
+	$(GO) test -tags e2e -count=1 -timeout 10m -v ./test/e2e/ 2>&1 | tee bin/e2e.log | \
 	  grep -E '^(=== RUN|--- |\s+--- |PASS|FAIL|ok|\s+\w+_test\.go:)'; rc=$${PIPESTATUS[0]}; \
 	  if [ $$rc -ne 0 ]; then echo "== test-e2e-linux failed; its whole output (bin/e2e.log):"; cat bin/e2e.log; fi; exit $$rc
 

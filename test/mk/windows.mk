@@ -1,8 +1,9 @@
 # Windows data plane suites (platform_windows, the Windows service).
 # test-windows: the Windows test binaries of the shared packages run under
 # Wine (test/wine/wine-exec), and the service start/stop test under Wine's
-# service manager. The vet suite vets the Windows code (amd64 and arm64, with
-# and without -tags fakehns); -trimpath shares its compiles and cross's.
+# service manager. The vet suite vets the Windows code (with and without
+# -tags fakehns); the Makefile's GOFLAGS make these compiles the ones vet and
+# cross made.
 # bench-windows: the HNS call and time benchmarks against the fake at 30 ms per call.
 
 WINE_EXEC := $(CURDIR)/test/wine/wine-exec
@@ -20,7 +21,7 @@ BENCH_SUITES += bench-windows
 test-windows: test-windows-unit test-windows-service
 
 test-windows-unit:
-	GOOS=windows GOARCH=amd64 $(GO) test -trimpath -count=1 -skip '$(WINE_SKIP)' -exec $(WINE_EXEC) $(WINDOWS_TEST_PKGS)
+	GOOS=windows GOARCH=amd64 $(GO) test -count=1 -skip '$(WINE_SKIP)' -exec $(WINE_EXEC) $(WINDOWS_TEST_PKGS)
 
 test-windows-service:
 	bash test/wine/service-test.sh

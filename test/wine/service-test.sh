@@ -36,7 +36,7 @@ mkdir -p "$dir"
 rm -f "$data/hns-owned-fake.json" "$data/$name.log" "$WINEPREFIX/drive_c/ProgramData/crossproxy/hns-owned-fake.json"
 echo "service-test: building crossproxy.exe"
 # -tags fakehns: the test build, with the hidden --fake-hns-network flag.
-(cd "$root" && GOOS=windows GOARCH=amd64 CGO_ENABLED=0 go build -trimpath -tags fakehns -o "$dir/crossproxy.exe" ./cmd/crossproxy)
+(cd "$root" && GOOS=windows GOARCH=amd64 CGO_ENABLED=0 go build -tags fakehns -o "$dir/crossproxy.exe" ./cmd/crossproxy)
 exe='C:\crossproxy-svctest\crossproxy.exe'
 
 cat >"$dir/objects.yaml" <<'YAML'

@@ -19,6 +19,11 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 cache="${WINORACLE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/crossproxy/winoracle}"
 mkdir -p "$cache"
+# One build at a time: make test starts this build in the background
+# (test/upstream.sh) while a suite may ask for it too; the second waits, then
+# finds the stamp.
+exec 8>"$cache/.lock"
+flock 8
 cd "$here"
 log() { echo "winoracle: $*" >&2; }
 
