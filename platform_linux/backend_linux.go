@@ -5,15 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/nftables"
 	"github.com/sirupsen/logrus"
-	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/crossproxy/crossproxy/core"
@@ -34,7 +31,12 @@ type Backend struct {
 	log logrus.FieldLogger
 	cfg Config
 	ns  *netNS
-	// batches is the netlink socket syncs send their batch on.
+	// k is where syncs read the tables and commit their batches: netlink
+	// on ns, or the in-memory model in tests.
+	k kernel
+	// batches is the netlink socket syncs send their batch on; nil when k
+	// is not netlink (the probe, the drift watcher, the other-proxy check
+	// and read-back need it).
 	batches *batchConn
 	sysctl  sysctl
 	// Conntrack cleans up and lists connections; replaceable in tests.
@@ -103,6 +105,7 @@ func New(cfg platform.BackendConfig, log logrus.FieldLogger) (*Backend, error) {
 		encoder: newRuleEncoder(),
 		batches: newBatchConn(),
 	}
+	b.k = &netlinkKernel{ns: ns, conn: b.batches, encoder: b.encoder}
 	b.sysctl = procSysctl{ns: ns}
 	b.conntrack = &netlinkConntrack{ns: ns}
 	return b, nil
@@ -170,20 +173,6 @@ func tableObj(name string) *nftables.Table {
 	return &nftables.Table{Name: name, Family: nftables.TableFamilyINet}
 }
 
-// ownTable reports whether a table is crossproxy's: the main table or one of
-// its numbered shards.
-func ownTable(main, name string) bool {
-	if name == main {
-		return true
-	}
-	rest, ok := strings.CutPrefix(name, main+"-")
-	if !ok || rest == "" {
-		return false
-	}
-	_, err := strconv.Atoi(rest)
-	return err == nil
-}
-
 // Sync makes the table match state. A full sync (first, periodic, after a
 // failure) writes the whole table in one batch; otherwise only the ports in
 // changes.Ports are rewritten, also in one batch.
@@ -246,15 +235,10 @@ func (b *Backend) syncFull(ctx context.Context, state *core.NodeState) error {
 	fb := newFullBuild(state, b.cfg)
 	b.logSkipped(fb.skipped)
 	next := fb.newApplied()
-	w := b.encoder.writer(fb.commands())
+	w := b.k.batch(fb.commands())
 	recreate := b.recreate
 	written := map[string]objectCount{}
 	planFull(fb.names(), countObjects(fb.tables(next.record), written), existing, recreate, w)
-	msgs, err := w.finish()
-	if err != nil {
-		b.applied, b.recreate = nil, true
-		return fmt.Errorf("full sync of table inet %s: %w", fb.table, err)
-	}
 	built := time.Since(start)
 	// A sync that ran out of time before its batch went out changes nothing:
 	// the previous rules and what the backend knows of them stay as they are.
@@ -265,18 +249,18 @@ func (b *Backend) syncFull(ctx context.Context, state *core.NodeState) error {
 	// into a list this time (the plan is deterministic).
 	describe := func(i int) string {
 		ops := planRuleset(Build(state, b.cfg), existing, recreate).Ops
-		if msgs.messages()-2 != len(ops) || i < 0 || i >= len(ops) {
+		if w.Len() != len(ops) || i < 0 || i >= len(ops) {
 			return fmt.Sprintf("command %d", i)
 		}
 		return describeOp(ops[i])
 	}
 	b.lastEncode = 0
-	gen, genErr := b.batches.generation(b.ns)
+	gen, genErr := b.k.generation()
 	unmute := b.muteWatch()
 	if b.mutedHook != nil {
 		b.mutedHook()
 	}
-	err = b.send(msgs, describe)
+	err = b.commit(w, describe)
 	unmute()
 	if err != nil {
 		b.applied, b.recreate = nil, true
@@ -343,89 +327,31 @@ func (b *Backend) logSkipped(skipped []Skipped) {
 	}
 }
 
-// inventory lists crossproxy's tables in the kernel with their chains and sets.
-func (b *Backend) inventory() (map[string]inventory, error) {
-	var out map[string]inventory
-	err := b.ns.withConn(func(c *nftables.Conn) error {
-		var err error
-		out, err = b.inventoryWith(c)
-		return err
-	})
-	return out, err
-}
+// inventory lists crossproxy's tables with their chains and sets.
+func (b *Backend) inventory() (map[string]inventory, error) { return b.k.inventory(b.cfg.table()) }
 
-func (b *Backend) inventoryWith(c *nftables.Conn) (map[string]inventory, error) {
-	main := b.cfg.table()
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
-	if err != nil {
-		return nil, fmt.Errorf("list inet tables: %w", err)
-	}
-	out := map[string]inventory{}
-	for _, t := range tables {
-		if ownTable(main, t.Name) {
-			out[t.Name] = inventory{}
-		}
-	}
-	if len(out) == 0 {
-		return out, nil
-	}
-	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
-	if err != nil {
-		return nil, fmt.Errorf("list chains of inet tables: %w", err)
-	}
-	for _, ch := range chains {
-		if inv, ok := out[ch.Table.Name]; ok {
-			inv.Chains = append(inv.Chains, ch.Name)
-			out[ch.Table.Name] = inv
-		}
-	}
-	for name, inv := range out {
-		sets, err := c.GetSets(tableObj(name))
-		if err != nil && !errors.Is(err, unix.ENOENT) {
-			return nil, fmt.Errorf("list sets of table inet %s: %w", name, err)
-		}
-		for _, s := range sets {
-			inv.Sets = append(inv.Sets, s.Name)
-		}
-		out[name] = inv
-	}
-	return out, nil
-}
-
-// apply encodes a planned batch and sends it in one write.
+// apply commits a planned batch as one transaction.
 func (b *Backend) apply(batch *batch) error {
 	start := time.Now()
-	msgs, err := b.encoder.encode(batch)
-	if err != nil {
-		return err
+	kb := b.k.batch(len(batch.Ops))
+	for _, op := range batch.Ops {
+		kb.add(op)
 	}
 	b.lastEncode = time.Since(start)
-	return b.send(msgs, func(i int) string {
-		if msgs.messages()-2 != len(batch.Ops) || i < 0 || i >= len(batch.Ops) {
+	return b.commit(kb, func(i int) string {
+		if i < 0 || i >= len(batch.Ops) {
 			return fmt.Sprintf("command %d", i)
 		}
 		return describeOp(batch.Ops[i])
 	})
 }
 
-// send hands an encoded batch to the kernel in one write and waits for its
-// verdict; describe(i) names the i-th command of a refused batch.
-func (b *Backend) send(msgs *batchBuf, describe func(i int) string) error {
+// commit hands a batch to the kernel and waits for its verdict; describe(i)
+// names the i-th command of a refused batch.
+func (b *Backend) commit(kb kernelBatch, describe func(i int) string) error {
 	start := time.Now()
 	defer func() { b.lastKernel = time.Since(start) }()
-	return b.batches.send(b.ns, msgs, describe)
-}
-
-func describeOp(op Op) string {
-	one := &batch{Ops: []Op{op}}
-	if op.Kind == OpAddElements || op.Kind == OpDelElements {
-		return fmt.Sprintf("%s %d elements of set %s", map[opKind]string{OpAddElements: "add", OpDelElements: "delete"}[op.Kind], len(op.Elements), op.Set.Name)
-	}
-	s := one.Text()
-	if len(s) > 0 && s[len(s)-1] == '\n' {
-		s = s[:len(s)-1]
-	}
-	return s
+	return b.k.commit(kb, describe)
 }
 
 var hooks = map[string]*nftables.ChainHook{

@@ -38,7 +38,7 @@ func (b *Backend) CheckDrift(ctx context.Context) ([]string, error) {
 		return u, nil
 	}
 	missed := b.missedNotes.Swap(false)
-	gen, err := b.batches.generation(b.ns)
+	gen, err := b.k.generation()
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +49,7 @@ func (b *Backend) CheckDrift(ctx context.Context) ([]string, error) {
 		return []string{"the tables could not be read back after the last sync"}, nil
 	}
 
-	now, err := b.batches.census(b.ns, b.cfg.table())
+	now, err := b.k.census(b.cfg.table())
 	if err != nil {
 		return nil, err
 	}
@@ -67,10 +67,10 @@ func (b *Backend) CheckDrift(ctx context.Context) ([]string, error) {
 // landing between the batch and these reads is in the baseline; the watcher
 // still reports it.
 func (b *Backend) rememberBaseline() {
-	gen, err := b.batches.generation(b.ns)
+	gen, err := b.k.generation()
 	var census map[string]tableCount
 	if err == nil {
-		census, err = b.batches.census(b.ns, b.cfg.table())
+		census, err = b.k.census(b.cfg.table())
 	}
 	if err != nil {
 		b.census = nil

@@ -124,17 +124,6 @@ func (n *netNS) withConn(fn func(c *nftables.Conn) error) error {
 	})
 }
 
-// batchError is a batch the kernel refused; Errors name the failed commands.
-type batchError struct {
-	Errors []error
-}
-
-func (e *batchError) Error() string {
-	return fmt.Sprintf("nftables batch rejected: %v", errors.Join(e.Errors...))
-}
-
-func (e *batchError) Unwrap() []error { return e.Errors }
-
 // batchConn is the netlink socket batches go out on. It stays open between
 // syncs because closing a NETLINK_NETFILTER socket waits for an RCU grace
 // period in the kernel (milliseconds), which dominated the wall time of a

@@ -251,7 +251,7 @@ func (b *Backend) probe(cmds []probeCommand) error {
 		}
 		return fmt.Sprintf("command %d", i)
 	}
-	if err := b.send(msgs, describe); err != nil {
+	if err := b.batches.send(b.ns, msgs, describe); err != nil {
 		return floorError(err)
 	}
 	del := &batch{Ops: []Op{{Kind: OpDelTable, Table: table}}}

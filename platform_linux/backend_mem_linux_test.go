@@ -1,0 +1,518 @@
+package nft
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"net/netip"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/internal/testobj"
+)
+
+// These tests run the Backend's sync, diff, drift and repair logic against
+// the in-memory nftables (memnft.go): no root, no kernel. What only the
+// kernel can show (packets, its own validation, notifications) stays in the
+// root tests; TestMemKernelAgreesWithTheKernel holds the model to the kernel.
+
+// newMemBackend is a Backend whose kernel is a fresh in-memory nftables.
+func newMemBackend(t testing.TB, cfg Config) (*Backend, *memKernel) {
+	t.Helper()
+	log := logrus.New()
+	log.SetLevel(logrus.ErrorLevel)
+	m := newMemKernel()
+	b := &Backend{
+		log:       log,
+		cfg:       cfg,
+		k:         m,
+		sysctl:    &fakeSysctl{vals: map[string]string{}},
+		conntrack: &fakeConntrack{},
+		probed:    true, // the probe asks the kernel itself (probe_linux.go)
+	}
+	t.Cleanup(func() { b.closed.Store(true) })
+	return b, m
+}
+
+func memSync(t testing.TB, b *Backend, st *core.NodeState, ch core.Changes) {
+	t.Helper()
+	if err := b.Sync(context.Background(), st, ch); err != nil {
+		t.Fatalf("sync (full %v, %d ports): %v", ch.Full, len(ch.Ports), err)
+	}
+}
+
+// canonicalDump is the model's dump of crossproxy's tables with each endpoint-map frontend's
+// endpoints in the order of their addresses instead of their slots: a
+// partial sync keeps every endpoint in its slot while a full sync numbers
+// them afresh, and the two are the same rules for every packet. It fails
+// when a frontend's slots are not exactly 0..N-1, which the draw relies on
+// (maps.go).
+func canonicalDump(m *memKernel, main string) (string, error) {
+	c := m.clone()
+	for tn := range c.tables {
+		if !ownTable(main, tn) {
+			delete(c.tables, tn)
+		}
+	}
+	for tn, t := range c.tables {
+		for sn, s := range t.sets {
+			if s.decl.Kind != SetEndpoints {
+				continue
+			}
+			byFront := map[string][]element{}
+			for _, e := range s.elems {
+				f := memKey(SetKeys, e)
+				byFront[f] = append(byFront[f], e)
+			}
+			s.elems = map[string]element{}
+			for f, es := range byFront {
+				sort.Slice(es, func(i, j int) bool { return es[i].Slot < es[j].Slot })
+				for i, e := range es {
+					if e.Slot != uint32(i) {
+						return "", fmt.Errorf("table %s map %s: frontend %s has slots %v, not 0..%d", tn, sn, f, slotsOf(es), len(es)-1)
+					}
+				}
+				sort.Slice(es, func(i, j int) bool { return es[i].To.Compare(es[j].To) < 0 })
+				for i := range es {
+					es[i].Slot = uint32(i)
+					s.elems[memKey(SetEndpoints, es[i])] = es[i]
+				}
+			}
+		}
+	}
+	return c.Dump(), nil
+}
+
+func slotsOf(es []element) []uint32 {
+	out := make([]uint32, len(es))
+	for i, e := range es {
+		out[i] = e.Slot
+	}
+	return out
+}
+
+// TestMemSyncFullPartialAndRepair is TestBackendFullAndPartialSync's sync
+// logic without a kernel: a full sync, a partial one that adds an endpoint
+// and removes a Service with commands for just those, the result equal to a
+// full sync of the new state, and a flushed ruleset that fails the next
+// partial sync and is repaired by the full one after it.
+func TestMemSyncFullPartialAndRepair(t *testing.T) {
+	b, m := newMemBackend(t, Config{LocalhostNodePorts: true})
+	st := testState()
+	memSync(t, b, st, core.Changes{Full: true})
+	got := m.Dump()
+	for _, want := range []string{"10.96.0.10 . tcp . 80 . 0x00000000 : 10.244.1.5 . 8080", "10.96.0.53 . udp . 53"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("model lacks %q:\n%s", want, got)
+		}
+	}
+
+	k := key("default", "web", "http", "TCP", "IPv4")
+	p := *st.Ports[k]
+	p.ClusterEndpoints = append(append([]core.Endpoint(nil), p.ClusterEndpoints...), ep("10.244.3.3", 8080, false))
+	st.Ports[k] = &p
+	gone := key("default", "empty", "", "TCP", "IPv4")
+	delete(st.Ports, gone)
+	before := m.commands
+	memSync(t, b, st, core.Changes{Ports: map[core.PortKey]struct{}{k: {}, gone: {}}})
+	s := b.LastSync()
+	if s.Full || s.Commands == 0 || m.commands-before != s.Commands {
+		t.Fatalf("want a partial sync whose commands reach the kernel, got %+v (%d commands applied)", s, m.commands-before)
+	}
+	// A new endpoint and a removed Service are a few element commands, far
+	// fewer than the full sync's.
+	if s.Commands > 12 {
+		t.Errorf("partial sync sent %d commands for one endpoint added and one port removed", s.Commands)
+	}
+	got = m.Dump()
+	if !strings.Contains(got, "10.96.0.10 . tcp . 80 . 0x00000002 : 10.244.3.3 . 8080") || !strings.Contains(got, "10.244.3.3 . 10.244.3.3") {
+		t.Errorf("partial sync not applied:\n%s", got)
+	}
+	if strings.Contains(got, "default/empty") || strings.Contains(got, "10.96.0.30") {
+		t.Errorf("removed port still present:\n%s", got)
+	}
+	assertSameAsFull(t, m, st, b.cfg)
+
+	// nft flush ruleset behind crossproxy's back: a partial sync cannot
+	// delete what is gone, and the sync after the failure is full.
+	m.flushRuleset()
+	p2 := *st.Ports[k]
+	p2.ClusterEndpoints = p2.ClusterEndpoints[:1]
+	st.Ports[k] = &p2
+	err := b.Sync(context.Background(), st, core.Changes{Ports: map[core.PortKey]struct{}{k: {}}})
+	if !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("partial sync into a flushed ruleset: %v, want ENOENT", err)
+	}
+	memSync(t, b, st, core.Changes{})
+	if !b.LastSync().Full {
+		t.Errorf("sync after a failure should be full: %+v", b.LastSync())
+	}
+	assertSameAsFull(t, m, st, b.cfg)
+
+	if err := b.Cleanup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d := m.Dump(); d != "" {
+		t.Errorf("cleanup left:\n%s", d)
+	}
+}
+
+// assertSameAsFull compares the model with a fresh model's full sync of st.
+func assertSameAsFull(t testing.TB, m *memKernel, st *core.NodeState, cfg Config) {
+	t.Helper()
+	fresh, fm := newMemBackend(t, cfg)
+	memSync(t, fresh, st, core.Changes{Full: true})
+	got, err := canonicalDump(m, cfg.table())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := canonicalDump(fm, cfg.table())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Fatalf("incremental state differs from a full sync of the same NodeState:\n%s", lineDiff(want, got))
+	}
+}
+
+// lineDiff lists the lines only in want (-) and only in got (+).
+func lineDiff(want, got string) string {
+	count := map[string]int{}
+	for _, l := range strings.Split(want, "\n") {
+		count[l]++
+	}
+	for _, l := range strings.Split(got, "\n") {
+		count[l]--
+	}
+	var out []string
+	for l, n := range count {
+		for ; n > 0; n-- {
+			out = append(out, "- "+l)
+		}
+		for ; n < 0; n++ {
+			out = append(out, "+ "+l)
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, "\n")
+}
+
+// TestMemFailedBatchChangesNothing: a partial batch the kernel refuses
+// halfway (an element it deletes was removed by someone else) leaves every
+// object as it was, names the command, and the next sync is a full one that
+// puts everything right.
+func TestMemFailedBatchChangesNothing(t *testing.T) {
+	b, m := newMemBackend(t, Config{})
+	st := testState()
+	memSync(t, b, st, core.Changes{Full: true})
+	k := key("default", "web", "http", "TCP", "IPv4")
+	// Someone deletes the slot-1 endpoint element of 10.96.0.10:80.
+	var victim element
+	var set Set
+	for _, s := range m.tables["crossproxy"].sets {
+		for _, e := range s.elems {
+			if s.decl.Kind == SetEndpoints && e.Addr == netip.MustParseAddr("10.96.0.10") && e.Slot == 1 {
+				victim, set = e, s.decl
+			}
+		}
+	}
+	if !victim.Addr.IsValid() {
+		t.Fatalf("no slot-1 endpoint of 10.96.0.10 in:\n%s", m.Dump())
+	}
+	if err := m.foreign(Op{Kind: OpDelElements, Table: "crossproxy", Set: set, Elements: []element{victim}}); err != nil {
+		t.Fatal(err)
+	}
+	before := m.Dump()
+	// The endpoint in slot 1 goes away: the partial sync deletes its element.
+	p := *st.Ports[k]
+	p.ClusterEndpoints = p.ClusterEndpoints[:1]
+	p.LocalEndpoints = nil
+	st.Ports[k] = &p
+	err := b.Sync(context.Background(), st, core.Changes{Ports: map[core.PortKey]struct{}{k: {}}})
+	var be *batchError
+	if !errors.As(err, &be) || !errors.Is(err, syscall.ENOENT) || !strings.Contains(err.Error(), "delete") {
+		t.Fatalf("want the refused delete named, got %v", err)
+	}
+	if after := m.Dump(); after != before {
+		t.Fatalf("a refused batch changed the model:\n%s", lineDiff(before, after))
+	}
+	memSync(t, b, st, core.Changes{})
+	if !b.LastSync().Full {
+		t.Fatalf("the sync after a refused batch must be full: %+v", b.LastSync())
+	}
+	assertSameAsFull(t, m, st, b.cfg)
+}
+
+// TestMemCheckDrift: CheckDrift stays silent when nobody else committed, or
+// when others committed to tables of their own, and names what changed when
+// crossproxy's tables lost objects; the full sync it leads to repairs them.
+func TestMemCheckDrift(t *testing.T) {
+	b, m := newMemBackend(t, Config{})
+	ctx := context.Background()
+	st := testState()
+	memSync(t, b, st, core.Changes{Full: true})
+	if d, err := b.CheckDrift(ctx); err != nil || d != nil {
+		t.Fatalf("no commit since the sync: drift %v, %v", d, err)
+	}
+	// firewalld's table, committed by someone else.
+	if err := m.foreign(Op{Kind: OpAddTable, Table: "firewalld"}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := b.CheckDrift(ctx); err != nil || d != nil {
+		t.Fatalf("a foreign table is not drift: %v, %v", d, err)
+	}
+	gen := m.gen
+	if d, _ := b.CheckDrift(ctx); d != nil || b.gen != gen {
+		t.Fatalf("the foreign generation should be remembered: %v, %d vs %d", d, b.gen, gen)
+	}
+	// A shard chain deleted (with its rules) by someone else.
+	var shard, chain string
+	for tn, tb := range m.tables {
+		if tn == "crossproxy" || tn == "firewalld" {
+			continue
+		}
+		for cn, c := range tb.chains {
+			if c.hook == nil && !tb.chainInUse(cn) {
+				shard, chain = tn, cn
+			}
+		}
+	}
+	if chain == "" {
+		t.Fatalf("no unreferenced shard chain in:\n%s", m.Dump())
+	}
+	if err := m.foreign(Op{Kind: OpDelChain, Table: shard, Chain: &Chain{Name: chain}}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := b.CheckDrift(ctx)
+	if err != nil || len(d) == 0 || !strings.Contains(strings.Join(d, " "), shard) {
+		t.Fatalf("a deleted chain of %s should be drift: %v, %v", shard, d, err)
+	}
+	memSync(t, b, st, core.Changes{Full: true})
+	assertSameAsFull(t, m, st, b.cfg)
+	if d, err := b.CheckDrift(ctx); err != nil || d != nil {
+		t.Fatalf("after the repair: %v, %v", d, err)
+	}
+}
+
+// clusterModel is a random cluster the property test changes step by step,
+// laid out as kubeadm with flannel lays one out: Services in 10.96.0.0/12
+// and fd00:96::/112, pods in 10.244.0.0/16 (node-a 10.244.1.0/24, node-b
+// 10.244.2.0/24) and fd00:244::/56, node addresses in 192.168.1.0/24.
+type clusterModel struct {
+	rng      *rand.Rand
+	services map[string]*v1.Service
+	slices   map[string][]*discovery.EndpointSlice
+	next     int
+}
+
+const propNode = "node-a"
+
+func (c *clusterModel) newService() (*v1.Service, []*discovery.EndpointSlice) {
+	c.next++
+	name := fmt.Sprintf("svc-%d", c.next)
+	svc := testobj.Service("default", name, fmt.Sprintf("10.96.%d.%d", c.next/200, c.next%200+1))
+	svc.Spec.Ports[0].TargetPort = intstr.FromInt32(8080)
+	if c.rng.Intn(3) == 0 {
+		svc.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
+		svc.Spec.ClusterIPs = append(svc.Spec.ClusterIPs, fmt.Sprintf("fd00:96::%x", c.next))
+	}
+	c.mutateService(svc)
+	return svc, c.slicesFor(svc)
+}
+
+// mutateService picks a type, policies, affinity and source ranges at random;
+// affinity and source ranges move a port between the shared-map layout and
+// chains of its own.
+func (c *clusterModel) mutateService(svc *v1.Service) {
+	r := c.rng
+	svc.Spec.Type = []v1.ServiceType{v1.ServiceTypeClusterIP, v1.ServiceTypeNodePort, v1.ServiceTypeLoadBalancer}[r.Intn(3)]
+	svc.Spec.Ports = svc.Spec.Ports[:1]
+	if r.Intn(3) == 0 {
+		svc.Spec.Ports = append(svc.Spec.Ports, v1.ServicePort{Name: "dns", Port: 53, Protocol: v1.ProtocolUDP, TargetPort: intstr.FromInt32(5353)})
+	}
+	svc.Status = v1.ServiceStatus{}
+	svc.Spec.ExternalTrafficPolicy, svc.Spec.LoadBalancerSourceRanges, svc.Spec.HealthCheckNodePort = "", nil, 0
+	for i := range svc.Spec.Ports {
+		svc.Spec.Ports[i].NodePort = 0
+	}
+	if svc.Spec.Type != v1.ServiceTypeClusterIP {
+		for i := range svc.Spec.Ports {
+			svc.Spec.Ports[i].NodePort = int32(30000 + c.next*2 + i)
+		}
+		svc.Spec.ExternalTrafficPolicy = []v1.ServiceExternalTrafficPolicy{v1.ServiceExternalTrafficPolicyCluster, v1.ServiceExternalTrafficPolicyLocal}[r.Intn(2)]
+	}
+	if svc.Spec.Type == v1.ServiceTypeLoadBalancer {
+		svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: fmt.Sprintf("198.51.100.%d", c.next%250+1)}}
+		if svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
+			svc.Spec.HealthCheckNodePort = int32(32000 + c.next)
+		}
+		if r.Intn(3) == 0 {
+			svc.Spec.LoadBalancerSourceRanges = []string{"203.0.113.0/24"}
+		}
+	}
+	svc.Spec.ExternalIPs = nil
+	if r.Intn(5) == 0 {
+		svc.Spec.ExternalIPs = []string{fmt.Sprintf("192.0.2.%d", c.next%250+1)}
+	}
+	svc.Spec.SessionAffinity, svc.Spec.SessionAffinityConfig = v1.ServiceAffinityNone, nil
+	if r.Intn(4) == 0 {
+		svc.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+		svc.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: testobj.Ptr(int32(60 + r.Intn(100)))}}
+	}
+	svc.Spec.InternalTrafficPolicy = nil
+	if r.Intn(5) == 0 {
+		svc.Spec.InternalTrafficPolicy = testobj.Ptr(v1.ServiceInternalTrafficPolicyLocal)
+	}
+}
+
+// slicesFor makes the Service's EndpointSlices: 0 to 40 endpoints per
+// family on both nodes, some not ready, some terminating.
+func (c *clusterModel) slicesFor(svc *v1.Service) []*discovery.EndpointSlice {
+	var out []*discovery.EndpointSlice
+	fams := svc.Spec.IPFamilies
+	if len(fams) == 0 {
+		fams = []v1.IPFamily{v1.IPv4Protocol}
+	}
+	for _, fam := range fams {
+		n := c.rng.Intn(41)
+		if c.rng.Intn(4) == 0 {
+			n = c.rng.Intn(3)
+		}
+		sl := testobj.Slice(svc.Namespace, fmt.Sprintf("%s-%s", svc.Name, strings.ToLower(string(fam))), svc.Name)
+		sl.Ports = []discovery.EndpointPort{testobj.SlicePort("http", v1.ProtocolTCP, 8080), testobj.SlicePort("dns", v1.ProtocolUDP, 5353)}
+		if fam == v1.IPv6Protocol {
+			sl.AddressType = discovery.AddressTypeIPv6
+		}
+		seen := map[string]bool{}
+		for i := 0; i < n; i++ {
+			node, host := "node-a", 1
+			if c.rng.Intn(2) == 0 {
+				node, host = "node-b", 2
+			}
+			addr := fmt.Sprintf("10.244.%d.%d", host, 2+c.rng.Intn(250))
+			if fam == v1.IPv6Protocol {
+				addr = fmt.Sprintf("fd00:244:0:%d::%x", host, 2+c.rng.Intn(250))
+			}
+			if seen[addr] {
+				continue
+			}
+			seen[addr] = true
+			e := testobj.Endpoint(addr, node)
+			switch c.rng.Intn(8) {
+			case 0:
+				e.Conditions = discovery.EndpointConditions{Ready: testobj.Ptr(false), Serving: testobj.Ptr(true), Terminating: testobj.Ptr(true)}
+			case 1:
+				e.Conditions = discovery.EndpointConditions{Ready: testobj.Ptr(false)}
+			}
+			sl.Endpoints = append(sl.Endpoints, e)
+		}
+		out = append(out, sl)
+	}
+	return out
+}
+
+func (c *clusterModel) upsert(tr *core.Tracker, svc *v1.Service, slices []*discovery.EndpointSlice) {
+	for _, old := range c.slices[svc.Name] {
+		tr.DeleteSlice(old)
+	}
+	c.services[svc.Name], c.slices[svc.Name] = svc, slices
+	tr.UpsertService(svc)
+	for _, s := range slices {
+		tr.UpsertSlice(s)
+	}
+}
+
+// step changes the cluster at random: a Service added or removed, its
+// endpoints or its spec changed.
+func (c *clusterModel) step(tr *core.Tracker) {
+	names := make([]string, 0, len(c.services))
+	for n := range c.services {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	switch op := c.rng.Intn(10); {
+	case op < 2 || len(names) == 0:
+		svc, sl := c.newService()
+		c.upsert(tr, svc, sl)
+	case op < 3:
+		n := names[c.rng.Intn(len(names))]
+		for _, s := range c.slices[n] {
+			tr.DeleteSlice(s)
+		}
+		tr.DeleteService(c.services[n])
+		delete(c.services, n)
+		delete(c.slices, n)
+	case op < 7:
+		n := names[c.rng.Intn(len(names))]
+		c.upsert(tr, c.services[n], c.slicesFor(c.services[n]))
+	default:
+		n := names[c.rng.Intn(len(names))]
+		svc := c.services[n].DeepCopy()
+		c.mutateService(svc)
+		c.upsert(tr, svc, c.slices[n])
+	}
+}
+
+func propOptions() core.Options {
+	return core.Options{
+		IPFamilies:  []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol},
+		LocalDetect: core.LocalDetect{Mode: core.LocalDetectClusterCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:244::/56")}},
+	}
+}
+
+// TestMemPartialSyncsEqualFullSync drives random sequences of cluster
+// changes through the core's Tracker and the Backend's partial syncs, as
+// the runner does, and checks after every step that the model holds exactly
+// what a full sync of the same NodeState writes into an empty one (endpoint
+// slots compared as sets, and checked to be 0..N-1). Every few steps a full
+// sync over the existing rules comes between, as the periodic sync does.
+func TestMemPartialSyncsEqualFullSync(t *testing.T) {
+	seeds, steps := 5, 30
+	if testing.Short() {
+		seeds, steps = 3, 20
+	}
+	for seed := 1; seed <= seeds; seed++ {
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
+			c := &clusterModel{rng: rand.New(rand.NewSource(int64(seed))), services: map[string]*v1.Service{}, slices: map[string][]*discovery.EndpointSlice{}}
+			tr, err := core.NewTracker(propOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr.SetNode(testobj.Node(propNode, "zone-a", "192.168.1.10", "fd00:192::10"))
+			for i := 0; i < 6; i++ {
+				svc, sl := c.newService()
+				c.upsert(tr, svc, sl)
+			}
+			b, m := newMemBackend(t, Config{LocalhostNodePorts: true})
+			st, ch := tr.Snapshot()
+			memSync(t, b, st, ch)
+			partial := 0
+			for i := 0; i < steps; i++ {
+				for n := 1 + c.rng.Intn(3); n > 0; n-- {
+					c.step(tr)
+				}
+				if i%13 == 12 {
+					tr.ForceFull()
+				}
+				st, ch = tr.Snapshot()
+				memSync(t, b, st, ch)
+				if !b.LastSync().Full {
+					partial++
+				}
+				assertSameAsFull(t, m, st, b.cfg)
+			}
+			if partial < steps/2 {
+				t.Errorf("only %d of %d steps were partial syncs", partial, steps)
+			}
+		})
+	}
+}

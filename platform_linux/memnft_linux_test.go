@@ -1,0 +1,219 @@
+package nft
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"sort"
+	"syscall"
+	"testing"
+
+	"github.com/google/nftables"
+	v1 "k8s.io/api/core/v1"
+)
+
+// TestMemKernelAgreesWithTheKernel keeps the in-memory nftables honest: the
+// same batches go to the kernel (netlink, in a fresh network namespace) and
+// to the model: the full ruleset of testState, then batches each of which
+// ends in one command the kernel refuses, after commands it would accept.
+// Both must accept or refuse each batch with the same errno, and hold the
+// same tables, chains, sets, table use counts (the census CheckDrift
+// compares) and element counts after every one (a refused batch changes
+// neither).
+func TestMemKernelAgreesWithTheKernel(t *testing.T) {
+	ns := testNS(t)
+	kb := newTestBackend(t, ns)
+	real := kb.k
+	mem := newMemKernel()
+	cfg := Config{}
+	main := cfg.table()
+
+	full := planRuleset(Build(testState(), cfg), map[string]inventory{}, false).Ops
+	agree(t, "the full ruleset of testState", real, mem, ns, main, full)
+
+	// What the refusals are about, found in the model's copy of the rules.
+	var endpoints, frontends, addrs *memSet
+	var frontTable, jumped, jumpTable, base string
+	for tn, tb := range mem.tables {
+		for _, s := range tb.sets {
+			switch {
+			case s.decl.Kind == SetEndpoints && len(s.elems) > 1 && s.decl.Family == v1.IPv4Protocol:
+				endpoints = s
+			case s.decl.Kind == SetFrontends && len(s.elems) > 0:
+				frontends, frontTable = s, tn
+			case s.decl.Kind == SetAddrs && s.decl.Family == v1.IPv4Protocol:
+				addrs = s
+			}
+		}
+		for cn, c := range tb.chains {
+			if c.hook != nil && tn == main {
+				base = cn
+			}
+			for _, r := range c.rules {
+				for _, st := range r {
+					if v, ok := st.(Verdict); ok && v.Kind == "jump" && jumped == "" {
+						jumped, jumpTable = v.Chain, tn
+					}
+				}
+			}
+		}
+	}
+	if endpoints == nil || frontends == nil || addrs == nil || jumped == "" || base == "" {
+		t.Fatalf("testState lacks an object the refusals need:\n%s", mem.Dump())
+	}
+	anyElem := func(s *memSet) element {
+		for _, k := range sortedKeys(s.elems) {
+			return s.elems[k]
+		}
+		return element{}
+	}
+	ep := anyElem(endpoints)
+	other := ep
+	other.To = netip.MustParseAddrPort("10.244.99.99:9999")
+	missing := ep
+	missing.Slot = 4000
+	v6 := element{Addr: netip.MustParseAddr("fd00::1")}
+	good := Op{Kind: OpAddElements, Table: main, Set: addrs.decl, Elements: []element{{Addr: netip.MustParseAddr("10.96.200.1")}}}
+	fr := anyElem(frontends)
+	baseChain := mem.tables[main].chains[base]
+	otherKind := endpoints.decl
+	otherKind.Kind = SetAddrs
+
+	for _, c := range []struct {
+		what string
+		op   Op
+	}{
+		{"delete an element that is not there", Op{Kind: OpDelElements, Table: main, Set: endpoints.decl, Elements: []element{missing}}},
+		{"add an element again with other data", Op{Kind: OpAddElements, Table: main, Set: endpoints.decl, Elements: []element{other}}},
+		{"add an element again with the same data", Op{Kind: OpAddElements, Table: main, Set: endpoints.decl, Elements: []element{ep}}},
+		{"delete a map a rule looks up", Op{Kind: OpDelSet, Table: main, Set: endpoints.decl}},
+		{"delete a chain a verdict-map element goes to", Op{Kind: OpDelChain, Table: frontTable, Chain: &Chain{Name: fr.Chain}}},
+		{"delete a chain a rule jumps to", Op{Kind: OpDelChain, Table: jumpTable, Chain: &Chain{Name: jumped}}},
+		{"add a rule that looks up a missing set", Op{Kind: OpAddRule, Table: main, Chain: &Chain{Name: base}, Rule: Rule{matchAddrSet{Family: v1.IPv4Protocol, Set: "no-such-set"}, Verdict{Kind: "accept"}}}},
+		{"add a rule that jumps to a base chain", Op{Kind: OpAddRule, Table: main, Chain: &Chain{Name: jumped}, Rule: Rule{Verdict{Kind: "jump", Chain: base}}}},
+		{"add an IPv6 address to an IPv4 set", Op{Kind: OpAddElements, Table: main, Set: addrs.decl, Elements: []element{v6}}},
+		{"declare a map again as another type", Op{Kind: OpAddSet, Table: main, Set: otherKind}},
+		{"add an element to a missing set", Op{Kind: OpAddElements, Table: main, Set: Set{Name: "no-such-set", Family: v1.IPv4Protocol, Kind: SetAddrs}, Elements: []element{good.Elements[0]}}},
+		{"flush a missing chain", Op{Kind: OpFlushChain, Table: main, Chain: &Chain{Name: "no-such-chain"}}},
+		{"add a base chain again with another hook", Op{Kind: OpAddChain, Table: main, Chain: &Chain{Name: base, Hook: &hook{Type: baseChain.hook.Type, Hook: "input", Priority: baseChain.hook.Priority}}}},
+		{"make a regular chain a base chain", Op{Kind: OpAddChain, Table: jumpTable, Chain: &Chain{Name: jumped, Hook: baseChain.hook}}},
+		{"delete a missing table", Op{Kind: OpDelTable, Table: "no-such-table"}},
+	} {
+		agree(t, c.what, real, mem, ns, main, []Op{good, c.op})
+		// A batch both accepted (an element added again with the same
+		// data) added the good element too: take it out of both.
+		if _, ok := mem.tables[main].sets[addrs.decl.Name].elems[memKey(SetAddrs, good.Elements[0])]; ok {
+			agree(t, "undo "+c.what, real, mem, ns, main, []Op{{Kind: OpDelElements, Table: main, Set: addrs.decl, Elements: good.Elements}})
+		}
+	}
+}
+
+// agree commits ops to both kernels and compares their verdicts and what
+// they hold afterwards.
+func agree(t *testing.T, what string, real kernel, mem *memKernel, ns, main string, ops []Op) {
+	t.Helper()
+	if len(ops) > 0 {
+		commitTo := func(k kernel) error {
+			b := k.batch(len(ops))
+			for _, op := range ops {
+				b.add(op)
+			}
+			return k.commit(b, func(i int) string { return describeOp(ops[i]) })
+		}
+		rerr, merr := commitTo(real), commitTo(mem)
+		rno, rok := errnoOf(rerr)
+		mno, mok := errnoOf(merr)
+		if rno != mno || rok != mok {
+			t.Errorf("%s: kernel says %v, model says %v", what, rerr, merr)
+		} else {
+			t.Logf("%s: both %v", what, rno)
+		}
+	}
+	rinv, err := real.inventory(main)
+	if err != nil {
+		t.Fatal(err)
+	}
+	minv, _ := mem.inventory(main)
+	for _, inv := range rinv {
+		sort.Strings(inv.Chains)
+		sort.Strings(inv.Sets)
+	}
+	if !reflect.DeepEqual(rinv, minv) {
+		t.Errorf("%s: kernel holds %v, model %v", what, rinv, minv)
+	}
+	// The table's use count is what CheckDrift compares.
+	rc, err := real.census(main)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc, _ := mem.census(main)
+	if !reflect.DeepEqual(rc, mc) {
+		t.Errorf("%s: census: kernel %v, model %v", what, rc, mc)
+	}
+	if got, want := kernelElementCounts(t, ns, main), memElementCounts(mem, main); !reflect.DeepEqual(got, want) {
+		t.Errorf("%s: element counts: kernel %v, model %v", what, got, want)
+	}
+}
+
+// errnoOf is the errno a refused batch carries (0 when err is nil), and
+// whether err was a refusal at all.
+func errnoOf(err error) (syscall.Errno, bool) {
+	if err == nil {
+		return 0, true
+	}
+	var no syscall.Errno
+	if errors.As(err, &no) {
+		return no, true
+	}
+	return 0, false
+}
+
+func memElementCounts(m *memKernel, main string) map[string]int {
+	out := map[string]int{}
+	for tn, t := range m.tables {
+		if !ownTable(main, tn) {
+			continue
+		}
+		for sn, s := range t.sets {
+			out[tn+"/"+sn] = len(s.elems)
+		}
+	}
+	return out
+}
+
+func kernelElementCounts(t *testing.T, ns, main string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	b := newTestBackend(t, ns)
+	defer b.Close()
+	err := b.ns.withConn(func(c *nftables.Conn) error {
+		tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+		if err != nil {
+			return err
+		}
+		for _, tb := range tables {
+			if !ownTable(main, tb.Name) {
+				continue
+			}
+			sets, err := c.GetSets(tb)
+			if err != nil {
+				return err
+			}
+			for _, s := range sets {
+				es, err := c.GetSetElements(s)
+				if err != nil {
+					return fmt.Errorf("elements of %s: %w", s.Name, err)
+				}
+				// An interval set lists a range as two elements; crossproxy's
+				// sets hold single keys only.
+				out[tb.Name+"/"+s.Name] = len(es)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
