@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
-	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -61,7 +59,7 @@ func TestBackendFullAndPartialSync(t *testing.T) {
 	ns := testNS(t)
 	b := newTestBackend(t, ns)
 	ctx := context.Background()
-	st := testState()
+	st := testState(t)
 	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
 		t.Fatalf("full sync: %v", err)
 	}
@@ -162,7 +160,7 @@ func TestFailedBatchChangesNothing(t *testing.T) {
 	ns := testNS(t)
 	b := newTestBackend(t, ns)
 	ctx := context.Background()
-	if err := b.Sync(ctx, testState(), core.Changes{Full: true}); err != nil {
+	if err := b.Sync(ctx, testState(t), core.Changes{Full: true}); err != nil {
 		t.Fatal(err)
 	}
 	before := nftIn(t, ns, "list", "ruleset")
@@ -202,147 +200,6 @@ func (f *fakeConntrack) ClearActivated(p []core.ActivatedPort) (int, error) {
 	return len(p), nil
 }
 func (f *fakeConntrack) List(map[frontendKey]bool) ([]platform.Connection, error) { return nil, nil }
-
-// TestStaleUDPClearedOnlyAfterASuccessfulSync: conntrack entries of a removed
-// UDP endpoint are not cleared by a sync that failed (the old rules may still
-// send to the endpoint) and are cleared by the next one, to which the caller
-// (the Runner: TestRunnerRetriesFailureWithFullSync) passes them again.
-func TestStaleUDPClearedOnlyAfterASuccessfulSync(t *testing.T) {
-	ns := testNS(t)
-	b := newTestBackend(t, ns)
-	ct := &fakeConntrack{}
-	b.conntrack = ct
-	ctx := context.Background()
-	st := testState()
-	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
-		t.Fatal(err)
-	}
-	dns := key("default", "dns", "dns", "UDP", "IPv4")
-	p := *st.Ports[dns]
-	gone := p.ClusterEndpoints[0]
-	p.ClusterEndpoints = nil
-	st.Ports[dns] = &p
-	stale := core.StaleEndpoint{Key: dns, Frontends: p.Frontends, Endpoint: gone.AddrPort()}
-	nftIn(t, ns, "flush", "ruleset")
-	if err := b.Sync(ctx, st, core.Changes{Ports: map[core.PortKey]struct{}{dns: {}}, StaleUDP: []core.StaleEndpoint{stale}}); err == nil {
-		t.Fatal("partial sync into a flushed ruleset should fail")
-	}
-	if len(ct.cleared) != 0 {
-		t.Fatal("conntrack cleared while the old rules may still send to the endpoint")
-	}
-	if err := b.Sync(ctx, st, core.Changes{Full: true, StaleUDP: []core.StaleEndpoint{stale}}); err != nil {
-		t.Fatal(err)
-	}
-	if len(ct.cleared) != 1 || ct.cleared[0].Endpoint != gone.AddrPort() {
-		t.Errorf("stale endpoint not cleared after the repairing sync: %+v", ct.cleared)
-	}
-}
-
-// TestInexpressiblePortIsSkipped: a Service port nftables cannot hold (a
-// chain name over the kernel's 255 bytes, from a manifest no API server
-// validated; a protocol the encoder has no number for) is left out with a
-// reason, in full and partial syncs, and every other Service is programmed.
-func TestInexpressiblePortIsSkipped(t *testing.T) {
-	ns := testNS(t)
-	b := newTestBackend(t, ns)
-	ctx := context.Background()
-	st := testState()
-	web := *st.Ports[key("default", "web", "http", "TCP", "IPv4")]
-	long := web
-	long.Key = key("default", strings.Repeat("n", 250), "http", "TCP", "IPv4")
-	long.ClusterIP = netip.MustParseAddr("10.96.0.77")
-	long.Frontends = []core.Frontend{fe(core.FrontendClusterIP, "10.96.0.77", 80)}
-	st.Ports[long.Key] = &long
-	icmp := web
-	icmp.Key = key("default", "icmp", "ping", "ICMP", "IPv4")
-	icmp.Protocol = "ICMP"
-	icmp.Frontends = []core.Frontend{fe(core.FrontendClusterIP, "10.96.0.10", 80)}
-	st.Ports[icmp.Key] = &icmp
-	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
-		t.Fatalf("full sync with one inexpressible port: %v", err)
-	}
-	if got := nftIn(t, ns, "list", "ruleset"); !strings.Contains(got, "10.96.0.53 . udp . 53") || strings.Contains(got, "10.96.0.77") {
-		t.Errorf("want every other port and not the skipped one:\n%s", got)
-	}
-	if got := b.LastSync().Skipped; len(got) != 2 {
-		t.Errorf("skipped ports not reported: %+v", got)
-	}
-	// A partial sync of a changed good port together with a bad one.
-	dns := key("default", "dns", "dns", "UDP", "IPv4")
-	d := *st.Ports[dns]
-	d.ClusterEndpoints = []core.Endpoint{ep("10.244.1.99", 53, false)}
-	st.Ports[dns] = &d
-	if err := b.Sync(ctx, st, core.Changes{Ports: map[core.PortKey]struct{}{dns: {}, long.Key: {}, icmp.Key: {}}}); err != nil {
-		t.Fatalf("partial sync with inexpressible ports: %v", err)
-	}
-	if got := nftIn(t, ns, "list", "ruleset"); !strings.Contains(got, "10.244.1.99") {
-		t.Errorf("good port not updated:\n%s", got)
-	}
-}
-
-// TestLocalhostNodePortFollowsCoreClaims: when two Services ask for one
-// NodePort, the core gives the node addresses to one of them; the other must
-// not get a 127.0.0.1 NodePort frontend of its own, or the frontend map holds
-// one key twice and the kernel refuses every batch.
-func TestLocalhostNodePortFollowsCoreClaims(t *testing.T) {
-	ns := testNS(t)
-	b := newTestBackend(t, ns)
-	st := testState()
-	web := st.Ports[key("default", "web", "http", "TCP", "IPv4")]
-	loser := *web
-	loser.Key = key("other", "web", "http", "TCP", "IPv4")
-	loser.ClusterIP = netip.MustParseAddr("10.96.0.88")
-	// The core dropped the NodePort frontend (claimed by default/web); the
-	// ExternalIP frontend stays.
-	loser.Frontends = []core.Frontend{fe(core.FrontendClusterIP, "10.96.0.88", 80), fe(core.FrontendExternalIP, "203.0.113.8", 80)}
-	st.Ports[loser.Key] = &loser
-	if err := b.Sync(context.Background(), st, core.Changes{Full: true}); err != nil {
-		t.Fatalf("full sync: %v", err)
-	}
-	got := nftIn(t, ns, "list", "ruleset")
-	if n := strings.Count(got, "127.0.0.1 . tcp . 30080 comment"); n != 1 {
-		t.Errorf("want one localhost NodePort frontend, found %d:\n%s", n, got)
-	}
-}
-
-// TestPartialSyncMovesFrontendBetweenServices: an ExternalIP that passes from
-// one Service to another (in other shard tables) moves in one partial batch:
-// the old element goes before the new one is added, and the ruleset then
-// equals a full sync of the same state.
-func TestPartialSyncMovesFrontendBetweenServices(t *testing.T) {
-	ns := testNS(t)
-	b := newTestBackend(t, ns)
-	b.cfg.Shards = 8
-	ctx := context.Background()
-	st := testState()
-	webKey := key("default", "web", "http", "TCP", "IPv4")
-	lbKey := key("shop", "lb", "", "TCP", "IPv4")
-	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
-		t.Fatal(err)
-	}
-	if b.applied.objects(webKey).Shard == b.applied.objects(lbKey).Shard {
-		t.Fatalf("want the two Services in different shards for this test")
-	}
-	web, lb := *st.Ports[webKey], *st.Ports[lbKey]
-	moved := fe(core.FrontendExternalIP, "203.0.113.7", 80)
-	web.Frontends = web.Frontends[:2]
-	lb.Port = 80
-	lb.Frontends = append(append([]core.Frontend(nil), lb.Frontends...), moved)
-	st.Ports[webKey], st.Ports[lbKey] = &web, &lb
-	if err := b.Sync(ctx, st, core.Changes{Ports: map[core.PortKey]struct{}{webKey: {}, lbKey: {}}}); err != nil {
-		t.Fatalf("partial sync moving a frontend: %v", err)
-	}
-	partial := nftIn(t, ns, "list", "ruleset")
-	if n := strings.Count(partial, "203.0.113.7 . tcp . 80"); n != 1 {
-		t.Errorf("moved frontend found %d times:\n%s", n, partial)
-	}
-	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
-		t.Fatal(err)
-	}
-	if full := nftIn(t, ns, "list", "ruleset"); listingBlocks(full) != listingBlocks(partial) {
-		t.Errorf("partial sync differs from a full sync of the same state:\npartial:\n%s\nfull:\n%s", partial, full)
-	}
-}
 
 // TestBatchOverManyChunks sends a full sync larger than several batch chunks
 // (about 3.5 MiB: 3,000 Services x 10 endpoints), then a batch whose refused
@@ -412,14 +269,14 @@ func (c *cancelAfterEntry) Err() error {
 func TestSyncHonoursContextAfterEntry(t *testing.T) {
 	ns := testNS(t)
 	b := newTestBackend(t, ns)
-	err := b.Sync(&cancelAfterEntry{Context: context.Background()}, testState(), core.Changes{Full: true})
+	err := b.Sync(&cancelAfterEntry{Context: context.Background()}, testState(t), core.Changes{Full: true})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("sync with a context that ended: %v, want context.Canceled", err)
 	}
 	if got := nftIn(t, ns, "list", "ruleset"); strings.TrimSpace(got) != "" {
 		t.Fatalf("a canceled sync sent rules:\n%s", got)
 	}
-	if err := b.Sync(context.Background(), testState(), core.Changes{}); err != nil {
+	if err := b.Sync(context.Background(), testState(t), core.Changes{}); err != nil {
 		t.Fatal(err)
 	}
 	if !b.LastSync().Full {
@@ -434,7 +291,7 @@ func TestCloseReleasesHandles(t *testing.T) {
 	ns := testNS(t)
 	b := newTestBackend(t, ns)
 	ctx := context.Background()
-	if err := b.Sync(ctx, testState(), core.Changes{Full: true}); err != nil {
+	if err := b.Sync(ctx, testState(t), core.Changes{Full: true}); err != nil {
 		t.Fatal(err)
 	}
 	nsFD, sockFD := b.ns.fd, b.batches.fd
@@ -454,7 +311,7 @@ func TestCloseReleasesHandles(t *testing.T) {
 		}
 	}
 	for name, err := range map[string]error{
-		"sync":    b.Sync(ctx, testState(), core.Changes{Full: true}),
+		"sync":    b.Sync(ctx, testState(t), core.Changes{Full: true}),
 		"cleanup": b.Cleanup(ctx),
 	} {
 		if !errors.Is(err, errClosed) {
@@ -523,48 +380,19 @@ func TestRefusedFullSyncNamesTheCommand(t *testing.T) {
 	b := newTestBackend(t, ns)
 	nftIn(t, ns, "add", "table", "inet", "crossproxy")
 	nftIn(t, ns, "add", "chain", "inet", "crossproxy", "dispatch-prerouting")
-	err := b.Sync(context.Background(), testState(), core.Changes{Full: true})
+	err := b.Sync(context.Background(), testState(t), core.Changes{Full: true})
 	if err == nil {
 		t.Fatal("the kernel made a regular chain a base chain")
 	}
 	if !strings.Contains(err.Error(), "add chain inet crossproxy dispatch-prerouting") {
 		t.Fatalf("error does not name the refused command: %v", err)
 	}
-	if err := b.Sync(context.Background(), testState(), core.Changes{Full: true}); err != nil {
+	if err := b.Sync(context.Background(), testState(t), core.Changes{Full: true}); err != nil {
 		t.Fatalf("full sync after the refusal: %v", err)
 	}
 	if out := nftIn(t, ns, "list", "chain", "inet", "crossproxy", "dispatch-prerouting"); !strings.Contains(out, "hook prerouting") {
 		t.Fatalf("the chain was not recreated:\n%s", out)
 	}
-}
-
-// listingBlocks is an nft listing with the sets, maps and chains of each
-// table in name order: nft lists them in the order they were created, and a
-// full sync creates its sets again, so two listings of the same rules can
-// differ in that order alone. Everything inside a block keeps its order.
-func listingBlocks(listing string) string {
-	var out, blocks []string
-	var cur []string
-	for _, line := range strings.Split(listing, "\n") {
-		switch {
-		case strings.HasPrefix(line, "\t") && !strings.HasPrefix(line, "\t\t") && strings.HasSuffix(line, "{"):
-			cur = []string{line}
-		case cur != nil:
-			cur = append(cur, line)
-			if line == "\t}" {
-				blocks = append(blocks, strings.Join(cur, "\n"))
-				cur = nil
-			}
-		case strings.HasPrefix(line, "}"):
-			slices.Sort(blocks)
-			out = append(out, blocks...)
-			out = append(out, line)
-			blocks = nil
-		case strings.TrimSpace(line) != "":
-			out = append(out, line)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // TestFullSyncDropsPortWithChains: a full sync over rules already in the
@@ -576,7 +404,7 @@ func TestFullSyncDropsPortWithChains(t *testing.T) {
 	ns := testNS(t)
 	b := newTestBackend(t, ns)
 	ctx := context.Background()
-	st := testState()
+	st := testState(t)
 	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
 		t.Fatalf("first full sync: %v", err)
 	}

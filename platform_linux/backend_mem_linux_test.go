@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/internal/golden"
 	"github.com/crossproxy/crossproxy/internal/testobj"
 )
 
@@ -107,7 +108,7 @@ func slotsOf(es []element) []uint32 {
 // partial sync and is repaired by the full one after it.
 func TestMemSyncFullPartialAndRepair(t *testing.T) {
 	b, m := newMemBackend(t, Config{LocalhostNodePorts: true})
-	st := testState()
+	st := testState(t)
 	memSync(t, b, st, core.Changes{Full: true})
 	got := m.Dump()
 	for _, want := range []string{"10.96.0.10 . tcp . 80 . 0x00000000 : 10.244.1.5 . 8080", "10.96.0.53 . udp . 53"} {
@@ -180,30 +181,140 @@ func assertSameAsFull(t testing.TB, m *memKernel, st *core.NodeState, cfg Config
 		t.Fatal(err)
 	}
 	if got != want {
-		t.Fatalf("incremental state differs from a full sync of the same NodeState:\n%s", lineDiff(want, got))
+		t.Fatalf("incremental state differs from a full sync of the same NodeState:\n%s", golden.LineDiff(want, got))
 	}
 }
 
-// lineDiff lists the lines only in want (-) and only in got (+).
-func lineDiff(want, got string) string {
-	count := map[string]int{}
-	for _, l := range strings.Split(want, "\n") {
-		count[l]++
+// TestStaleUDPClearedOnlyAfterASuccessfulSync: conntrack entries of a removed
+// UDP endpoint are not cleared by a sync that failed (the old rules may still
+// send to the endpoint) and are cleared by the next one, to which the caller
+// (the Runner: TestRunnerRetriesFailureWithFullSync) passes them again.
+func TestStaleUDPClearedOnlyAfterASuccessfulSync(t *testing.T) {
+	b, m := newMemBackend(t, Config{LocalhostNodePorts: true})
+	ct := &fakeConntrack{}
+	b.conntrack = ct
+	ctx := context.Background()
+	st := testState(t)
+	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
 	}
-	for _, l := range strings.Split(got, "\n") {
-		count[l]--
+	dns := key("default", "dns", "dns", "UDP", "IPv4")
+	p := *st.Ports[dns]
+	gone := p.ClusterEndpoints[0]
+	p.ClusterEndpoints = nil
+	st.Ports[dns] = &p
+	stale := core.StaleEndpoint{Key: dns, Frontends: p.Frontends, Endpoint: gone.AddrPort()}
+	m.flushRuleset()
+	if err := b.Sync(ctx, st, core.Changes{Ports: map[core.PortKey]struct{}{dns: {}}, StaleUDP: []core.StaleEndpoint{stale}}); err == nil {
+		t.Fatal("partial sync into a flushed ruleset should fail")
 	}
-	var out []string
-	for l, n := range count {
-		for ; n > 0; n-- {
-			out = append(out, "- "+l)
-		}
-		for ; n < 0; n++ {
-			out = append(out, "+ "+l)
-		}
+	if len(ct.cleared) != 0 {
+		t.Fatal("conntrack cleared while the old rules may still send to the endpoint")
 	}
-	sort.Strings(out)
-	return strings.Join(out, "\n")
+	if err := b.Sync(ctx, st, core.Changes{Full: true, StaleUDP: []core.StaleEndpoint{stale}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(ct.cleared) != 1 || ct.cleared[0].Endpoint != gone.AddrPort() {
+		t.Errorf("stale endpoint not cleared after the repairing sync: %+v", ct.cleared)
+	}
+}
+
+// TestInexpressiblePortIsSkipped: a Service port nftables cannot hold (a
+// chain name over the kernel's 255 bytes, from a manifest no API server
+// validated; a protocol the encoder has no number for) is left out with a
+// reason, in full and partial syncs, and every other Service is programmed.
+func TestInexpressiblePortIsSkipped(t *testing.T) {
+	b, m := newMemBackend(t, Config{LocalhostNodePorts: true})
+	ctx := context.Background()
+	st := testState(t)
+	web := *st.Ports[key("default", "web", "http", "TCP", "IPv4")]
+	long := web
+	long.Key = key("default", strings.Repeat("n", 250), "http", "TCP", "IPv4")
+	long.ClusterIP = netip.MustParseAddr("10.96.0.77")
+	long.Frontends = []core.Frontend{fe(core.FrontendClusterIP, "10.96.0.77", 80)}
+	st.Ports[long.Key] = &long
+	icmp := web
+	icmp.Key = key("default", "icmp", "ping", "ICMP", "IPv4")
+	icmp.Protocol = "ICMP"
+	icmp.Frontends = []core.Frontend{fe(core.FrontendClusterIP, "10.96.0.10", 80)}
+	st.Ports[icmp.Key] = &icmp
+	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+		t.Fatalf("full sync with one inexpressible port: %v", err)
+	}
+	if got := m.Dump(); !strings.Contains(got, "10.96.0.53 . udp . 53") || strings.Contains(got, "10.96.0.77") {
+		t.Errorf("want every other port and not the skipped one:\n%s", got)
+	}
+	if got := b.LastSync().Skipped; len(got) != 2 {
+		t.Errorf("skipped ports not reported: %+v", got)
+	}
+	// A partial sync of a changed good port together with a bad one.
+	dns := key("default", "dns", "dns", "UDP", "IPv4")
+	d := *st.Ports[dns]
+	d.ClusterEndpoints = []core.Endpoint{ep("10.244.1.99", 53, false)}
+	st.Ports[dns] = &d
+	if err := b.Sync(ctx, st, core.Changes{Ports: map[core.PortKey]struct{}{dns: {}, long.Key: {}, icmp.Key: {}}}); err != nil {
+		t.Fatalf("partial sync with inexpressible ports: %v", err)
+	}
+	if got := m.Dump(); !strings.Contains(got, "10.244.1.99") {
+		t.Errorf("good port not updated:\n%s", got)
+	}
+}
+
+// TestLocalhostNodePortFollowsCoreClaims: when two Services ask for one
+// NodePort, the core gives the node addresses to one of them; the other must
+// not get a 127.0.0.1 NodePort frontend of its own, or the frontend map holds
+// one key twice and the kernel refuses every batch.
+func TestLocalhostNodePortFollowsCoreClaims(t *testing.T) {
+	b, m := newMemBackend(t, Config{LocalhostNodePorts: true})
+	st := testState(t)
+	web := st.Ports[key("default", "web", "http", "TCP", "IPv4")]
+	loser := *web
+	loser.Key = key("other", "web", "http", "TCP", "IPv4")
+	loser.ClusterIP = netip.MustParseAddr("10.96.0.88")
+	// The core dropped the NodePort frontend (claimed by default/web); the
+	// ExternalIP frontend stays.
+	loser.Frontends = []core.Frontend{fe(core.FrontendClusterIP, "10.96.0.88", 80), fe(core.FrontendExternalIP, "203.0.113.8", 80)}
+	st.Ports[loser.Key] = &loser
+	if err := b.Sync(context.Background(), st, core.Changes{Full: true}); err != nil {
+		t.Fatalf("full sync: %v", err)
+	}
+	got := m.Dump()
+	if n := strings.Count(got, "127.0.0.1 . tcp . 30080 comment"); n != 1 {
+		t.Errorf("want one localhost NodePort frontend, found %d:\n%s", n, got)
+	}
+}
+
+// TestPartialSyncMovesFrontendBetweenServices: an ExternalIP that passes from
+// one Service to another (in other shard tables) moves in one partial batch:
+// the old element goes before the new one is added, and the ruleset then
+// equals a full sync of the same state.
+func TestPartialSyncMovesFrontendBetweenServices(t *testing.T) {
+	b, m := newMemBackend(t, Config{LocalhostNodePorts: true})
+	b.cfg.Shards = 8
+	ctx := context.Background()
+	st := testState(t)
+	webKey := key("default", "web", "http", "TCP", "IPv4")
+	lbKey := key("shop", "lb", "", "TCP", "IPv4")
+	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+		t.Fatal(err)
+	}
+	if b.applied.objects(webKey).Shard == b.applied.objects(lbKey).Shard {
+		t.Fatalf("want the two Services in different shards for this test")
+	}
+	web, lb := *st.Ports[webKey], *st.Ports[lbKey]
+	moved := fe(core.FrontendExternalIP, "203.0.113.7", 80)
+	web.Frontends = web.Frontends[:2]
+	lb.Port = 80
+	lb.Frontends = append(append([]core.Frontend(nil), lb.Frontends...), moved)
+	st.Ports[webKey], st.Ports[lbKey] = &web, &lb
+	if err := b.Sync(ctx, st, core.Changes{Ports: map[core.PortKey]struct{}{webKey: {}, lbKey: {}}}); err != nil {
+		t.Fatalf("partial sync moving a frontend: %v", err)
+	}
+	partial := m.Dump()
+	if n := strings.Count(partial, "203.0.113.7 . tcp . 80"); n != 1 {
+		t.Errorf("moved frontend found %d times:\n%s", n, partial)
+	}
+	assertSameAsFull(t, m, st, b.cfg)
 }
 
 // TestMemFailedBatchChangesNothing: a partial batch the kernel refuses
@@ -212,7 +323,7 @@ func lineDiff(want, got string) string {
 // puts everything right.
 func TestMemFailedBatchChangesNothing(t *testing.T) {
 	b, m := newMemBackend(t, Config{})
-	st := testState()
+	st := testState(t)
 	memSync(t, b, st, core.Changes{Full: true})
 	k := key("default", "web", "http", "TCP", "IPv4")
 	// Someone deletes the slot-1 endpoint element of 10.96.0.10:80.
@@ -243,7 +354,7 @@ func TestMemFailedBatchChangesNothing(t *testing.T) {
 		t.Fatalf("want the refused delete named, got %v", err)
 	}
 	if after := m.Dump(); after != before {
-		t.Fatalf("a refused batch changed the model:\n%s", lineDiff(before, after))
+		t.Fatalf("a refused batch changed the model:\n%s", golden.LineDiff(before, after))
 	}
 	memSync(t, b, st, core.Changes{})
 	if !b.LastSync().Full {
@@ -258,7 +369,7 @@ func TestMemFailedBatchChangesNothing(t *testing.T) {
 func TestMemCheckDrift(t *testing.T) {
 	b, m := newMemBackend(t, Config{})
 	ctx := context.Background()
-	st := testState()
+	st := testState(t)
 	memSync(t, b, st, core.Changes{Full: true})
 	if d, err := b.CheckDrift(ctx); err != nil || d != nil {
 		t.Fatalf("no commit since the sync: drift %v, %v", d, err)

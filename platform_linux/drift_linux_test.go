@@ -19,7 +19,7 @@ func TestCheckDriftSeesForeignChanges(t *testing.T) {
 	b := newTestBackend(t, ns)
 	t.Cleanup(func() { _ = b.Close() })
 	ctx := context.Background()
-	st := testState()
+	st := testState(t)
 	check := func(what string) []string {
 		t.Helper()
 		d, err := b.CheckDrift(ctx)
@@ -111,7 +111,7 @@ func TestWatchDriftReportsForeignChangesOnly(t *testing.T) {
 	reports := watchReports(t, b)
 	// The watcher subscribes asynchronously: wait until a foreign change
 	// to another table is surely past it (it must not be reported either).
-	st := testState()
+	st := testState(t)
 	for i := 0; i < 3; i++ {
 		if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
 			t.Fatal(err)
@@ -151,7 +151,7 @@ func TestMutedFullSyncStillSeesForeignObjects(t *testing.T) {
 	t.Cleanup(func() { _ = b.Close() })
 	reports := watchReports(t, b)
 	time.Sleep(100 * time.Millisecond)
-	st := testState()
+	st := testState(t)
 	for i := 0; i < 2; i++ {
 		if err := b.Sync(context.Background(), st, core.Changes{Full: true}); err != nil {
 			t.Fatal(err)
@@ -232,7 +232,7 @@ func TestOtherProxiesFindsKubeProxy(t *testing.T) {
 		}
 		return o
 	}
-	if err := b.Sync(ctx, testState(), core.Changes{Full: true}); err != nil {
+	if err := b.Sync(ctx, testState(t), core.Changes{Full: true}); err != nil {
 		t.Fatal(err)
 	}
 	nftIn(t, ns, "add", "table", "ip", "nat")

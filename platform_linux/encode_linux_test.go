@@ -143,7 +143,7 @@ func encodeBatch(c *nftables.Conn, batch *batch) error {
 // consecutive sequence numbers from the first, and an ACK asked only by the
 // last command.
 func TestOpEncodingMatchesLibrary(t *testing.T) {
-	rs := Build(testState(), Config{Table: "crossproxy", LocalhostNodePorts: true})
+	rs := Build(testState(t), Config{Table: "crossproxy", LocalhostNodePorts: true})
 	existing := map[string]inventory{
 		"crossproxy":   {Chains: []string{"old-chain"}, Sets: []string{"old-set", "cluster-ips-v4"}},
 		"crossproxy-0": {Sets: []string{"frontends-v4"}},

@@ -276,7 +276,7 @@ func TestPickDistributionIsUniform(t *testing.T) {
 func TestListedRulesetParsesAgain(t *testing.T) {
 	ns := testNS(t)
 	b := newTestBackend(t, ns)
-	if err := b.Sync(context.Background(), testState(), core.Changes{Full: true}); err != nil {
+	if err := b.Sync(context.Background(), testState(t), core.Changes{Full: true}); err != nil {
 		t.Fatal(err)
 	}
 	listed := nftIn(t, ns, "list", "ruleset")

@@ -228,7 +228,7 @@ func sharedSummary(p *portObjects) string {
 // LoadBalancer source ranges keep chains of their own; every other port is
 // only shared elements.
 func TestMappedPortsFollowTheirFeatures(t *testing.T) {
-	rs := Build(testState(), Config{})
+	rs := Build(testState(t), Config{})
 	for _, p := range rs.Ports {
 		sp := p.From.port
 		own := sp.Affinity.ClientIP || (len(sp.SourceRanges) > 0 && p.Key.Service.Name == "lb")

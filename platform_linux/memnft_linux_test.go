@@ -29,7 +29,7 @@ func TestMemKernelAgreesWithTheKernel(t *testing.T) {
 	cfg := Config{}
 	main := cfg.table()
 
-	full := planRuleset(Build(testState(), cfg), map[string]inventory{}, false).Ops
+	full := planRuleset(Build(testState(t), cfg), map[string]inventory{}, false).Ops
 	agree(t, "the full ruleset of testState", real, mem, ns, main, full)
 
 	// What the refusals are about, found in the model's copy of the rules.

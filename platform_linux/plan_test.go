@@ -2,15 +2,17 @@ package nft
 
 import (
 	"net/netip"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/internal/golden"
 )
 
 func TestPlanFullGolden(t *testing.T) {
-	rs := Build(testState(), Config{})
+	rs := Build(testState(t), Config{})
 	var aff string
 	for _, p := range rs.Ports {
 		if len(p.AffinitySets) > 0 {
@@ -23,7 +25,7 @@ func TestPlanFullGolden(t *testing.T) {
 		"crossproxy-0": {Chains: []string{"svc-OLD-default/gone/tcp/p80", "nat-prerouting"}, Sets: []string{"frontends-v4", "aff-OLD", aff}},
 		"crossproxy-7": {}, // a shard from a time with more Services
 	}, false)
-	golden(t, "plan-full.txt", b.Text())
+	golden.Check(t, filepath.Join("testdata", "plan-full.txt"), b.Text())
 	if !strings.Contains(b.Text(), "delete table inet crossproxy-7\n") {
 		t.Error("a shard no longer used must be deleted")
 	}
@@ -33,7 +35,7 @@ func TestPlanFullGolden(t *testing.T) {
 }
 
 func TestPlanFullRecreate(t *testing.T) {
-	b := planRuleset(Build(testState(), Config{}), map[string]inventory{"crossproxy": {Chains: []string{"x"}, Sets: []string{"y"}}}, true)
+	b := planRuleset(Build(testState(t), Config{}), map[string]inventory{"crossproxy": {Chains: []string{"x"}, Sets: []string{"y"}}}, true)
 	if !strings.HasPrefix(b.Text(), "add table inet crossproxy\ndelete table inet crossproxy\nadd table inet crossproxy\n") {
 		t.Errorf("recreate must start by replacing the table:\n%s", b.Text()[:200])
 	}
@@ -45,7 +47,7 @@ func TestPlanFullRecreate(t *testing.T) {
 // TestPlanPartial changes one port's endpoints, removes another and adds a
 // third, and checks the batch touches only those ports.
 func TestPlanPartial(t *testing.T) {
-	st := testState()
+	st := testState(t)
 	cfg := Config{}
 	rs := Build(st, cfg)
 	cfg.Shards = rs.Shards
@@ -67,7 +69,7 @@ func TestPlanPartial(t *testing.T) {
 		added: buildPort(&np, &det, cfg, nil),
 	}
 	plan := planPartial(prev, changes)
-	golden(t, "plan-partial.txt", plan.Batch.Text())
+	golden.Check(t, filepath.Join("testdata", "plan-partial.txt"), plan.Batch.Text())
 	text := plan.Batch.Text()
 	for _, untouched := range []string{"shop/lb", "default/empty"} {
 		if strings.Contains(text, untouched) {
@@ -95,7 +97,7 @@ func TestPlanPartial(t *testing.T) {
 // endpoints), also after the state the ports came from is gone.
 func TestAppliedBuildsTheSameObjects(t *testing.T) {
 	cfg := Config{Shards: 3, LocalhostNodePorts: true}
-	rs := Build(testState(), cfg)
+	rs := Build(testState(t), cfg)
 	a := newApplied(rs, cfg)
 	if len(a.Ports) != len(rs.Ports) || len(rs.Ports) < 5 {
 		t.Fatalf("applied %d ports of %d", len(a.Ports), len(rs.Ports))
@@ -145,7 +147,7 @@ func TestStreamedPlanIsTheRulesetsPlan(t *testing.T) {
 		st   *core.NodeState
 		cfg  Config
 	}{
-		{"test state", testState(), Config{LocalhostNodePorts: true}},
+		{"test state", testState(t), Config{LocalhostNodePorts: true}},
 		{"1000 Services over shards", scaleStateN(1000, 10), Config{}},
 		{"fixed shards", scaleStateN(300, 3), Config{Shards: 5, Table: "xp"}},
 	} {

@@ -24,7 +24,7 @@ func TestProbeCoversTheRuleset(t *testing.T) {
 			probed[k] = true
 		}
 	}
-	for _, op := range planRuleset(Build(testState(), Config{LocalhostNodePorts: true}), nil, false).Ops {
+	for _, op := range planRuleset(Build(testState(t), Config{LocalhostNodePorts: true}), nil, false).Ops {
 		for _, k := range opKinds(op) {
 			if !probed[k] {
 				t.Errorf("the ruleset uses %s, which the kernel probe does not try (in %s)", k, describeOp(op))

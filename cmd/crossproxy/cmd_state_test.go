@@ -3,18 +3,15 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/internal/golden"
 	"github.com/crossproxy/crossproxy/platform/manifest"
 )
-
-var updateStateGolden = flag.Bool("update-state", false, "rewrite the golden files of TestStateGolden")
 
 const rulesDir = "../../test/manifests/rules"
 
@@ -32,7 +29,7 @@ func runStateCLI(t *testing.T, args ...string) (string, error) {
 
 // TestStateGolden runs `crossproxy state` on the manifest set that exercises
 // every core rule and compares the output with the committed golden files
-// (go test ./cmd/crossproxy -run TestStateGolden -update-state rewrites them).
+// (go test ./cmd/crossproxy -run TestStateGolden -update rewrites them).
 func TestStateGolden(t *testing.T) {
 	cases := []struct {
 		golden string
@@ -51,46 +48,9 @@ func TestStateGolden(t *testing.T) {
 			if err != nil {
 				t.Fatalf("state: %v\n%s", err, got)
 			}
-			path := filepath.Join(rulesDir, "golden", tc.golden)
-			if *updateStateGolden {
-				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("read golden (run with -update-state to create it): %v", err)
-			}
-			if got != string(want) {
-				t.Fatalf("state output differs from %s (rerun with -update-state if intended):\n%s", path, lineDiff(string(want), got))
-			}
+			golden.Check(t, filepath.Join(rulesDir, "golden", tc.golden), got)
 		})
 	}
-}
-
-// lineDiff shows the first lines that differ.
-func lineDiff(want, got string) string {
-	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
-	var b strings.Builder
-	for i := 0; i < len(w) || i < len(g); i++ {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
-		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl {
-			b.WriteString("line " + strconv.Itoa(i+1) + ":\n  want: " + wl + "\n  got:  " + gl + "\n")
-			if b.Len() > 2000 {
-				break
-			}
-		}
-	}
-	return b.String()
 }
 
 // TestStateJSON checks that -o json is the NodeState itself: decoding it gives

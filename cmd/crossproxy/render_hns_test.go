@@ -2,16 +2,17 @@ package main
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/crossproxy/crossproxy/internal/golden"
 )
 
 // TestRenderWindowsGolden renders manifests through the real core and the
 // HNS planner for Windows nodes described by flags or a network file, as
 // text and as JSON, and compares each with a golden file
-// (go test -update-render rewrites them).
+// (go test -update rewrites them).
 func TestRenderWindowsGolden(t *testing.T) {
 	const overlay = "testdata/render-windows/overlay-manifests.yaml"
 	cases := []struct {
@@ -48,19 +49,7 @@ func TestRenderWindowsGolden(t *testing.T) {
 			if err != nil {
 				t.Fatalf("render: %v (%s)", err, errOut)
 			}
-			path := filepath.Join("testdata", "render-windows", c.golden)
-			if *updateRender {
-				if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("read golden (go test -update-render): %v", err)
-			}
-			if string(want) != out {
-				t.Errorf("render differs from %s; got:\n%s", path, out)
-			}
+			golden.Check(t, filepath.Join("testdata", "render-windows", c.golden), out)
 		})
 	}
 }

@@ -2,13 +2,11 @@ package main
 
 import (
 	"bytes"
-	"flag"
-	"os"
 	"path/filepath"
 	"testing"
-)
 
-var updateRender = flag.Bool("update-render", false, "rewrite the render golden files")
+	"github.com/crossproxy/crossproxy/internal/golden"
+)
 
 // TestRenderLinuxGolden renders manifests through the real core and compares
 // the nft text with a golden file.
@@ -22,19 +20,7 @@ func TestRenderLinuxGolden(t *testing.T) {
 	if err := root.Execute(); err != nil {
 		t.Fatalf("render: %v (%s)", err, errOut.String())
 	}
-	path := filepath.Join("testdata", "render-linux", "ruleset.nft")
-	if *updateRender {
-		if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read golden (go test -update-render): %v", err)
-	}
-	if !bytes.Equal(want, out.Bytes()) {
-		t.Errorf("render differs from %s; got:\n%s", path, out.String())
-	}
+	golden.Check(t, filepath.Join("testdata", "render-linux", "ruleset.nft"), out.String())
 }
 
 func TestRenderUnknownPlatform(t *testing.T) {
