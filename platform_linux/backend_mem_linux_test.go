@@ -24,7 +24,7 @@ import (
 // These tests run the Backend's sync, diff, drift and repair logic against
 // the in-memory nftables (memnft.go): no root, no kernel. What only the
 // kernel can show (packets, its own validation, notifications) stays in the
-// root tests; TestMemKernelAgreesWithTheKernel holds the model to the kernel.
+// root tests; TestModelAgreesWithTheKernel holds the model to the kernel.
 
 // newMemBackend is a Backend whose kernel is a fresh in-memory nftables.
 func newMemBackend(t testing.TB, cfg Config) (*Backend, *memKernel) {
@@ -185,11 +185,11 @@ func assertSameAsFull(t testing.TB, m *memKernel, st *core.NodeState, cfg Config
 	}
 }
 
-// TestStaleUDPClearedOnlyAfterASuccessfulSync: conntrack entries of a removed
+// TestMemStaleUDPClearedOnlyAfterASuccessfulSync: conntrack entries of a removed
 // UDP endpoint are not cleared by a sync that failed (the old rules may still
 // send to the endpoint) and are cleared by the next one, to which the caller
 // (the Runner: TestRunnerRetriesFailureWithFullSync) passes them again.
-func TestStaleUDPClearedOnlyAfterASuccessfulSync(t *testing.T) {
+func TestMemStaleUDPClearedOnlyAfterASuccessfulSync(t *testing.T) {
 	b, m := newMemBackend(t, Config{LocalhostNodePorts: true})
 	ct := &fakeConntrack{}
 	b.conntrack = ct
@@ -219,11 +219,11 @@ func TestStaleUDPClearedOnlyAfterASuccessfulSync(t *testing.T) {
 	}
 }
 
-// TestInexpressiblePortIsSkipped: a Service port nftables cannot hold (a
+// TestMemInexpressiblePortIsSkipped: a Service port nftables cannot hold (a
 // chain name over the kernel's 255 bytes, from a manifest no API server
 // validated; a protocol the encoder has no number for) is left out with a
 // reason, in full and partial syncs, and every other Service is programmed.
-func TestInexpressiblePortIsSkipped(t *testing.T) {
+func TestMemInexpressiblePortIsSkipped(t *testing.T) {
 	b, m := newMemBackend(t, Config{LocalhostNodePorts: true})
 	ctx := context.Background()
 	st := testState(t)
@@ -260,11 +260,11 @@ func TestInexpressiblePortIsSkipped(t *testing.T) {
 	}
 }
 
-// TestLocalhostNodePortFollowsCoreClaims: when two Services ask for one
+// TestMemLocalhostNodePortFollowsCoreClaims: when two Services ask for one
 // NodePort, the core gives the node addresses to one of them; the other must
 // not get a 127.0.0.1 NodePort frontend of its own, or the frontend map holds
 // one key twice and the kernel refuses every batch.
-func TestLocalhostNodePortFollowsCoreClaims(t *testing.T) {
+func TestMemLocalhostNodePortFollowsCoreClaims(t *testing.T) {
 	b, m := newMemBackend(t, Config{LocalhostNodePorts: true})
 	st := testState(t)
 	web := st.Ports[key("default", "web", "http", "TCP", "IPv4")]
@@ -284,11 +284,11 @@ func TestLocalhostNodePortFollowsCoreClaims(t *testing.T) {
 	}
 }
 
-// TestPartialSyncMovesFrontendBetweenServices: an ExternalIP that passes from
+// TestMemPartialSyncMovesFrontendBetweenServices: an ExternalIP that passes from
 // one Service to another (in other shard tables) moves in one partial batch:
 // the old element goes before the new one is added, and the ruleset then
 // equals a full sync of the same state.
-func TestPartialSyncMovesFrontendBetweenServices(t *testing.T) {
+func TestMemPartialSyncMovesFrontendBetweenServices(t *testing.T) {
 	b, m := newMemBackend(t, Config{LocalhostNodePorts: true})
 	b.cfg.Shards = 8
 	ctx := context.Background()

@@ -25,7 +25,7 @@ var _ kernel = (*memKernel)(nil)
 // base chain (EOPNOTSUPP). Every commit, its own or a foreign one, advances
 // the generation. Dump prints the state as sorted nft text.
 //
-// TestMemKernelAgreesWithTheKernel holds the model to the kernel: the same
+// TestModelAgreesWithTheKernel holds the model to the kernel: the same
 // batches, good and refused, against both.
 type memKernel struct {
 	gen    uint32

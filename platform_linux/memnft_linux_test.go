@@ -13,7 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// TestMemKernelAgreesWithTheKernel keeps the in-memory nftables honest: the
+// TestModelAgreesWithTheKernel keeps the in-memory nftables honest: the
 // same batches go to the kernel (netlink, in a fresh network namespace) and
 // to the model: the full ruleset of testState, then batches each of which
 // ends in one command the kernel refuses, after commands it would accept.
@@ -21,7 +21,7 @@ import (
 // same tables, chains, sets, table use counts (the census CheckDrift
 // compares) and element counts after every one (a refused batch changes
 // neither).
-func TestMemKernelAgreesWithTheKernel(t *testing.T) {
+func TestModelAgreesWithTheKernel(t *testing.T) {
 	ns := testNS(t)
 	kb := newTestBackend(t, ns)
 	real := kb.k
