@@ -66,6 +66,10 @@ type Config struct {
 	// Repairs counts the objects drift repair put back (optional;
 	// platform/metrics.Metrics in `crossproxy run`).
 	Repairs platform.RepairCounter
+	// CalicoWait bounds how long an overlay node on Calico's network waits
+	// for calico-node's host endpoint Calico_ep before reserving a source
+	// VIP itself (defaultCalicoWait if 0).
+	CalicoWait time.Duration
 	// DriftCheckPeriod is how often a partial sync first lists the load
 	// balancers to find drift (the runner's SyncPeriod, which guarantees a
 	// sync that often; defaultDriftCheckPeriod if 0). Partial syncs closer
@@ -94,7 +98,11 @@ type Backend struct {
 	// was chosen (log, explain).
 	sourceVIP     netip.Addr
 	sourceVIPFrom string
-	byIP          map[netip.Addr]Endpoint
+	// calicoWaitFrom is when a sync first looked for Calico_ep in vain, and
+	// calicoGaveUp that the wait has ended (each logged once).
+	calicoWaitFrom time.Time
+	calicoGaveUp   bool
+	byIP           map[netip.Addr]Endpoint
 	// root is the host endpoint health-check VIPs lead to (forwardHealthCheckVip);
 	// invalid IP when HNS has none by that name.
 	root     Endpoint
@@ -138,6 +146,9 @@ func New(h HNS, cfg Config, log logrus.FieldLogger) (*Backend, error) {
 	}
 	if cfg.DriftCheckPeriod <= 0 {
 		cfg.DriftCheckPeriod = defaultDriftCheckPeriod
+	}
+	if cfg.CalicoWait <= 0 {
+		cfg.CalicoWait = defaultCalicoWait
 	}
 	if cfg.RootEndpointName == "" {
 		cfg.RootEndpointName = defaultRootEndpointName

@@ -138,10 +138,17 @@ func (f *Fake) GetNetwork(ctx context.Context, name string) (Network, error) {
 	if err := f.call(ctx, "GetNetwork", name); err != nil {
 		return Network{}, err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if !strings.EqualFold(name, f.network.Name) {
 		return Network{}, fmt.Errorf("network %q: %w", name, ErrNotFound)
 	}
-	return f.network, nil
+	// HNS reports the network afresh on each query: the caller's copy shares
+	// nothing with it, its subnets (Ipams) included.
+	nw := f.network
+	nw.RemoteSubnets = slices.Clone(nw.RemoteSubnets)
+	nw.Subnets = slices.Clone(nw.Subnets)
+	return nw, nil
 }
 
 // ListEndpoints implements HNS.

@@ -220,6 +220,16 @@ func isAlreadyExists(err error) bool {
 func networkFromHCN(nw *hcn.HostComputeNetwork) (Network, error) {
 	// The id stays as HNS gave it: it is passed back in HNS queries.
 	out := Network{ID: nw.Id, Name: nw.Name, Type: NetworkType(nw.Type)}
+	for _, ipam := range nw.Ipams {
+		for _, s := range ipam.Subnets {
+			// A prefix HNS reports but Go cannot read serves no source VIP:
+			// skipped, so the Node's pod CIDRs stand in rather than the
+			// network failing every sync.
+			if p, err := netip.ParsePrefix(s.IpAddressPrefix); err == nil {
+				out.Subnets = append(out.Subnets, p.Masked())
+			}
+		}
+	}
 	for _, p := range nw.Policies {
 		if p.Type != hcn.RemoteSubnetRoute {
 			continue

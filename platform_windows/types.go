@@ -154,6 +154,13 @@ type Network struct {
 	Name          string
 	Type          NetworkType
 	RemoteSubnets []RemoteSubnet
+	// Subnets are the network's own address ranges, as its IPAM
+	// configuration reports them (hcsshim hcn.HostComputeNetwork.Ipams[].
+	// Subnets[].IpAddressPrefix): the node's pod subnet for flannel's
+	// vxlan0 and cbr0, Calico's IP block for its "Calico" network, which
+	// usually lies outside the Node's spec.podCIDRs. The source VIP is
+	// checked and reserved within them.
+	Subnets []netip.Prefix
 }
 
 // isOverlay reports whether the network is an overlay (VXLAN) network. HNS
