@@ -25,35 +25,53 @@ func (b *Backend) loadLedger() error {
 	return nil
 }
 
-// refresh re-reads the network, its endpoints and the load balancers from
-// HNS, and decides which load balancers are crossproxy's.
-func (b *Backend) refresh(ctx context.Context) error {
-	return b.refreshWith(ctx, nil, false)
+// listing is one read of HNS: the network, its endpoints and every load
+// balancer (3 calls), and what the drift check found changed in it.
+type listing struct {
+	network   Network
+	endpoints []Endpoint
+	lbs       []LoadBalancer
+	drift     []string
 }
 
-// refreshWith is refresh with the load balancers already listed when listed
-// is set (drift repair): the network and its endpoints are read again all
-// the same, since what took load balancers (an HNS restart) takes remote
-// endpoints too.
-func (b *Backend) refreshWith(ctx context.Context, lbs []LoadBalancer, listed bool) error {
+// list reads the network, its endpoints and the load balancers from HNS.
+func (b *Backend) list(ctx context.Context) (*listing, error) {
 	if b.cfg.NetworkName == "" {
-		return fmt.Errorf("hns: %w: no HNS network name (flag --network-name)", ErrInvalid)
+		return nil, fmt.Errorf("hns: %w: no HNS network name (flag --network-name)", ErrInvalid)
 	}
 	nw, err := b.hns.GetNetwork(ctx, b.cfg.NetworkName)
 	if err != nil {
-		return fmt.Errorf("get HNS network %q: %w", b.cfg.NetworkName, err)
+		return nil, fmt.Errorf("get HNS network %q: %w", b.cfg.NetworkName, err)
 	}
-	b.network = nw
-	b.ledger.Network = nw.Name
-	if err := b.listEndpoints(ctx); err != nil {
-		return err
+	eps, err := b.hns.ListEndpoints(ctx, nw.ID)
+	if err != nil {
+		return nil, fmt.Errorf("list endpoints of network %q: %w", nw.Name, err)
 	}
-	if !listed {
-		if lbs, err = b.hns.ListLoadBalancers(ctx); err != nil {
-			return fmt.Errorf("list load balancers: %w", err)
+	lbs, err := b.hns.ListLoadBalancers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list load balancers: %w", err)
+	}
+	return &listing{network: nw, endpoints: eps, lbs: lbs}, nil
+}
+
+// refreshWith takes in what HNS holds, from l when the drift check has just
+// read it, else read now, and decides which load balancers are crossproxy's.
+func (b *Backend) refreshWith(ctx context.Context, l *listing) error {
+	if l == nil {
+		var err error
+		if l, err = b.list(ctx); err != nil {
+			return err
 		}
 	}
-	b.adopt(lbs)
+	if b.network.ID != "" && l.network.ID != b.network.ID {
+		// flannel deletes and creates its network again on restart (new id):
+		// the endpoints crossproxy knew are gone with the old one.
+		b.log.WithFields(logrus.Fields{"network": l.network.Name, "was": b.network.ID, "now": l.network.ID}).Warn("HNS network recreated under a new id: programming everything again")
+	}
+	b.network = l.network
+	b.ledger.Network = l.network.Name
+	b.useEndpoints(l.endpoints)
+	b.adopt(l.lbs)
 	return b.saveLedger()
 }
 
@@ -105,6 +123,13 @@ func (b *Backend) listEndpoints(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list endpoints of network %q: %w", b.network.Name, err)
 	}
+	b.useEndpoints(eps)
+	return nil
+}
+
+// useEndpoints indexes the network's endpoints by address and finds the
+// host endpoint (forwardHealthCheckVip).
+func (b *Backend) useEndpoints(eps []Endpoint) {
 	b.byIP = make(map[netip.Addr]Endpoint, len(eps))
 	b.dupRemotes = nil
 	root := b.root
@@ -132,7 +157,6 @@ func (b *Backend) listEndpoints(ctx context.Context) error {
 			b.log.WithField("endpoint", b.cfg.RootEndpointName).Warn("forwardHealthCheckVip: HNS has no host endpoint of that name on the network: health-check ports are not forwarded")
 		}
 	}
-	return nil
 }
 
 // ours reports whether crossproxy made the endpoint.

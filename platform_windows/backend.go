@@ -70,15 +70,7 @@ type Config struct {
 	// for calico-node's host endpoint Calico_ep before reserving a source
 	// VIP itself (defaultCalicoWait if 0).
 	CalicoWait time.Duration
-	// DriftCheckPeriod is how often a partial sync first lists the load
-	// balancers to find drift (the runner's SyncPeriod, which guarantees a
-	// sync that often; defaultDriftCheckPeriod if 0). Partial syncs closer
-	// together skip the listing, so a burst of changes costs no extra calls.
-	DriftCheckPeriod time.Duration
 }
-
-// defaultDriftCheckPeriod is kube-proxy's default syncPeriod.
-const defaultDriftCheckPeriod = 30 * time.Second
 
 // Backend makes HNS match a core.NodeState: it plans, diffs against what HNS
 // reported, and applies the difference with the fewest calls. It owns only
@@ -120,9 +112,9 @@ type Backend struct {
 	ledgerLoaded bool
 	synced       bool
 	now          func() time.Time
-	// checked is when HNS' load balancers were last listed (full sync or
-	// drift check).
-	checked time.Time
+	// listed is what the last drift check read when it found drift, for
+	// the full sync the runner makes next (nil otherwise).
+	listed *listing
 	// remotesCreated counts remote endpoints created (drift repair reports
 	// how many a repair made again).
 	remotesCreated int
@@ -143,9 +135,6 @@ func New(h HNS, cfg Config, log logrus.FieldLogger) (*Backend, error) {
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = defaultConcurrency
-	}
-	if cfg.DriftCheckPeriod <= 0 {
-		cfg.DriftCheckPeriod = defaultDriftCheckPeriod
 	}
 	if cfg.CalicoWait <= 0 {
 		cfg.CalicoWait = defaultCalicoWait

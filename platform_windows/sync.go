@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"strings"
 
 	"github.com/sirupsen/logrus"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,7 +13,8 @@ import (
 	"github.com/crossproxy/crossproxy/platform"
 )
 
-// Sync implements platform.Backend. A full sync re-reads HNS (3 calls) and
+// Sync implements platform.Backend. A full sync re-reads HNS (3 calls, none
+// right after a drift check that found drift: it reuses that listing) and
 // reconciles every port; a partial sync trusts what the last sync read and
 // touches only the changed ports and those whose last attempt failed.
 func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.Changes) error {
@@ -27,38 +27,17 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 		return err
 	}
 	full := changes.Full || !b.synced
-	var drift []string
-	// The runner's periodic sync comes at least DriftCheckPeriod after the
-	// last one; a tenth of slack keeps timer jitter from skipping a check.
-	due := b.now().Sub(b.checked) >= b.cfg.DriftCheckPeriod-b.cfg.DriftCheckPeriod/10
-	if !full && due {
-		// Each partial sync (at least one per SyncPeriod) checks with one
-		// listing that HNS still holds crossproxy's load balancers as they
-		// were programmed; any that went or changed behind its back (an HNS
-		// restart, another tool) turn this sync into a full one, which puts
-		// them back now instead of at the next periodic full sync.
-		lbs, err := b.hns.ListLoadBalancers(ctx)
-		if err != nil {
-			return fmt.Errorf("hns: check load balancers for drift: %w", err)
-		}
-		b.checked = b.now()
-		if drift = b.drifted(lbs); len(drift) == 0 {
-			b.noteOthers(lbs) // a repair's refresh notes them (adopt)
-		} else {
-			b.log.WithField("drifted", strings.Join(drift, "; ")).Warn("load balancers changed or gone behind crossproxy's back: repairing them in this sync")
-			if b.cfg.Repairs != nil {
-				b.cfg.Repairs.Repaired("load balancer", len(drift))
-			}
-			full = true
-			if err := b.refreshWith(ctx, lbs, true); err != nil {
-				return err
-			}
-		}
-	} else if full {
-		if err := b.refresh(ctx); err != nil {
+	// A listing the drift check just made (it found drift, and the runner
+	// made this sync full) is used instead of reading HNS again; one this
+	// sync cannot use is dropped, never kept for a later sync.
+	repair := b.listed
+	b.listed = nil
+	if full {
+		if err := b.refreshWith(ctx, repair); err != nil {
 			return err
 		}
-		b.checked = b.now()
+	} else {
+		repair = nil
 	}
 	opts, err := b.planOptions(ctx, state)
 	if err != nil {
@@ -76,12 +55,12 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 	remotes := b.remotesCreated
 	notices, err := b.reconcile(ctx, plan, keys, full)
 	b.notify(state, append(plan.Notices, notices...), changes, keys, full)
-	if len(drift) > 0 {
+	if repair != nil {
 		n := b.remotesCreated - remotes
 		if n > 0 && b.cfg.Repairs != nil {
 			b.cfg.Repairs.Repaired("remote endpoint", n)
 		}
-		b.log.WithFields(logrus.Fields{"loadBalancers": len(drift), "remoteEndpointsRecreated": n, "complete": err == nil}).Warn("drift repair done")
+		b.log.WithFields(logrus.Fields{"drifted": len(repair.drift), "remoteEndpointsRecreated": n, "complete": err == nil}).Warn("drift repair done")
 	}
 	return err
 }
