@@ -3,9 +3,11 @@ package platform
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -108,5 +110,69 @@ func TestRunnerDriftRepairBound(t *testing.T) {
 			}
 			t.Logf("drift at +%v repaired by the sync at +%v; %d syncs, %d checks", drifted.Sub(t0), repair.Start.Sub(t0), len(syncs), checks)
 		})
+	}
+}
+
+// resetCounter is a fake clock whose timers count their resets: each is one
+// turn of the Runner's loop.
+type resetCounter struct {
+	*clocktesting.FakeClock
+	mu     sync.Mutex
+	resets int
+}
+
+type countedTimer struct {
+	clock.Timer
+	c *resetCounter
+}
+
+func (c *resetCounter) NewTimer(d time.Duration) clock.Timer {
+	return countedTimer{c.FakeClock.NewTimer(d), c}
+}
+
+func (t countedTimer) Reset(d time.Duration) bool {
+	t.c.mu.Lock()
+	t.c.resets++
+	t.c.mu.Unlock()
+	return t.Timer.Reset(d)
+}
+
+func (c *resetCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.resets
+}
+
+// TestRunnerWaitsOutBackoff: once the retry backoff (up to MaxBackoff, 1 min)
+// is longer than SyncPeriod, the periodic sync falls due before the retry
+// may run; the Runner then sleeps until the retry instead of waking at every
+// tick of the clock to find it may not sync yet.
+func TestRunnerWaitsOutBackoff(t *testing.T) {
+	b := &fakeBackend{failN: 1000, synced: make(chan struct{}, 1000)}
+	fc := &resetCounter{FakeClock: clocktesting.NewFakeClock(time.Date(2026, 12, 7, 5, 0, 0, 0, time.UTC))}
+	b.clock = fc
+	r := NewRunner(RunnerConfig{MinSyncPeriod: time.Second, SyncPeriod: 30 * time.Second, MaxBackoff: time.Minute, FullSyncPeriod: time.Hour, Clock: fc}, &fakeSource{}, b, quietLog())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	r.Trigger()
+	// Failures 1..7 back off 1, 2, 4, 8, 16, 32 and 60 s.
+	advanceBy(t, fc.FakeClock, 100*time.Millisecond, 10*time.Minute, func() bool { s, _ := b.snapshot(); return len(s) == 7 })
+	_, times := b.snapshot()
+	if len(times) != 7 {
+		t.Fatalf("%d syncs, want 7", len(times))
+	}
+	last := times[6]
+	advanceBy(t, fc.FakeClock, 100*time.Millisecond, last.Add(31*time.Second).Sub(fc.Now()), func() bool { return false })
+	before := fc.count()
+	// 28 s in steps of 100 ms, all after the periodic sync fell due and
+	// before the retry may run.
+	advanceBy(t, fc.FakeClock, 100*time.Millisecond, 28*time.Second, func() bool { return false })
+	if n := fc.count() - before; n > 2 {
+		t.Fatalf("the runner woke %d times in 28 s of waiting out a 60 s backoff, want at most 2", n)
+	}
+	if s, _ := b.snapshot(); len(s) != 7 {
+		t.Fatalf("%d syncs before the backoff ended, want 7", len(s))
 	}
 }
