@@ -188,10 +188,15 @@ type BackendConfig struct {
 	// SourceVIPOrigin says where SourceVIP came from ("flag", "config file",
 	// "Node annotation"), for the log and explain.
 	SourceVIPOrigin string
-	// CNIBinDir, CNINetwork and CNIDataDir locate the network's IPAM plugin
-	// (host-local) and its store, where an overlay node without a source VIP
-	// reserves one from its pod CIDR (empty: C:\opt\cni\bin, the HNS
-	// network's name, the plugin's default).
+	// CNIConfDir is where the node's CNI configuration is (empty: the
+	// directories flannel, Calico, sig-windows-tools and containerd use);
+	// it names the HNS network when NetworkName is empty, and the IPAM.
+	CNIConfDir string
+	// CNIBinDir, CNINetwork and CNIDataDir override what the CNI
+	// configuration says of the network's IPAM plugin (host-local) and its
+	// store, where an overlay node without a source VIP reserves one
+	// (empty: CNI_PATH and the usual bin directories, the configuration's
+	// name and dataDir).
 	CNIBinDir  string
 	CNINetwork string
 	CNIDataDir string

@@ -26,8 +26,13 @@ const defaultConcurrency = 8
 // Config configures a Backend.
 type Config struct {
 	// NetworkName is the HNS network (from the CNI) the load balancers use.
-	// Sync and Programmed need it; Cleanup falls back to the ledger's.
+	// Empty: the CNI configuration's network, else the only Overlay or
+	// L2Bridge network on the node (findNetwork). Cleanup falls back to the
+	// ledger's.
 	NetworkName string
+	// CNI is the node's CNI configuration as read at start (nil: none
+	// found): the network's name, and what explain shows.
+	CNI *CNIConfig
 	// SourceVIP is the overlay source VIP given explicitly (flag, config
 	// file or the Node annotation; SourceVIPOrigin says which). Invalid: the
 	// backend finds one per node (chooseSourceVIP).
@@ -90,6 +95,8 @@ type Backend struct {
 	// was chosen (log, explain).
 	sourceVIP     netip.Addr
 	sourceVIPFrom string
+	// networkFrom says how the network was found (log, explain).
+	networkFrom string
 	// calicoWaitFrom is when a sync first looked for Calico_ep in vain, and
 	// calicoGaveUp that the wait has ended (each logged once).
 	calicoWaitFrom time.Time
@@ -176,10 +183,13 @@ func (b *Backend) Preflight(ctx context.Context) error {
 	return OverlayPrerequisites(PlanOptions{Network: nw, Features: *b.features, SourceVIP: b.cfg.SourceVIP, AutoSourceVIP: b.cfg.IPAM != nil}, nil)
 }
 
-// prepare loads the ledger and detects features once. A failure (HNS not
+// prepare loads the ledger, finds the network and detects features once. A failure (HNS not
 // up yet at boot) is not remembered: the next sync asks again.
 func (b *Backend) prepare(ctx context.Context) error {
 	if err := b.loadLedger(); err != nil {
+		return err
+	}
+	if err := b.findNetwork(ctx); err != nil {
 		return err
 	}
 	if b.features != nil {

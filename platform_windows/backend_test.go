@@ -419,10 +419,12 @@ func TestFileLedgerRoundTrip(t *testing.T) {
 
 // TestCleanupUsesRecordedNetwork: `crossproxy cleanup` without
 // --network-name still finds the remote endpoints through the network the
-// ledger recorded; Sync without a network name fails naming the flag.
+// ledger recorded; Sync without a network name, on a node with two
+// candidates, fails naming the flag.
 func TestCleanupUsesRecordedNetwork(t *testing.T) {
 	r := newRig(t, AllFeatures(), "10.244.1.5")
 	r.sync(t, state(port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080), remote("10.244.2.7", 8080)})), full())
+	r.fake.AddNetwork(Network{ID: "second", Name: "vxlan1", Type: NetworkOverlay})
 	b, err := New(r.fake, Config{Ledger: r.ledger}, logrus.New())
 	if err != nil {
 		t.Fatal(err)

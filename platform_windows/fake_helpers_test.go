@@ -175,6 +175,13 @@ func (f *Fake) RecreateNetwork(id string) {
 	clear(f.lbs)
 }
 
+// AddNetwork adds another network to the node (Docker's nat, a second CNI's).
+func (f *Fake) AddNetwork(nw Network) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.others = append(f.others, nw)
+}
+
 // DeleteBehind deletes a load balancer as another tool would (not a call).
 func (f *Fake) DeleteBehind(id string) {
 	f.mu.Lock()

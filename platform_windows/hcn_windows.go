@@ -79,6 +79,28 @@ func (HCN) GetNetwork(ctx context.Context, name string) (Network, error) {
 	return networkFromHCN(nw)
 }
 
+// ListNetworks implements HNS. A network whose policies do not convert is
+// listed with its name and type only: it is a candidate to name, not one to
+// program.
+func (HCN) ListNetworks(ctx context.Context) ([]Network, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	nws, err := hcn.ListNetworks()
+	if err != nil {
+		return nil, fmt.Errorf("list networks: %w", mapErr(err))
+	}
+	out := make([]Network, 0, len(nws))
+	for i := range nws {
+		nw, err := networkFromHCN(&nws[i])
+		if err != nil {
+			nw = Network{ID: nws[i].Id, Name: nws[i].Name, Type: NetworkType(nws[i].Type)}
+		}
+		out = append(out, nw)
+	}
+	return out, nil
+}
+
 // ListEndpoints implements HNS. An endpoint with several IP configurations
 // (dual-stack pods) is returned once per address, with the same id.
 func (HCN) ListEndpoints(ctx context.Context, networkID string) ([]Endpoint, error) {

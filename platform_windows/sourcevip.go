@@ -229,7 +229,19 @@ func (b *Backend) reserveSourceVIP(ctx context.Context, state *core.NodeState, c
 			ErrInvalid, SourceVIPAnnotation, b.network.Name, state.Node.Name)
 	}
 	if r := b.ledger.SourceVIP; r != nil && slices.Contains(cidrs, r.Subnet) && r.Subnet.Contains(r.Address) {
-		return r.Address, fmt.Sprintf("the reservation recorded in the ledger (subnet %s)", r.Subnet), nil
+		held, err := true, error(nil)
+		if ipam := b.ipam(r); ipam != nil {
+			held, err = ipam.Holds(ctx, r.Subnet, r.Address)
+		}
+		switch {
+		case err != nil:
+			return netip.Addr{}, "", fmt.Errorf("check that the IPAM store still holds the source VIP %s: %w", r.Address, err)
+		case held:
+			return r.Address, fmt.Sprintf("the reservation recorded in the ledger (subnet %s), still held by the IPAM store", r.Subnet), nil
+		}
+		// The store was wiped since: the address may be a pod's now.
+		b.log.WithFields(logrus.Fields{"sourceVIP": r.Address, "subnet": r.Subnet}).Warn("the IPAM store no longer holds the source VIP reserved before (wiped?): reserving anew")
+		b.ledger.SourceVIP = nil
 	}
 	ipam := b.ipam(nil)
 	if ipam == nil {

@@ -53,6 +53,15 @@ func (f *fakeIPAM) Release(_ context.Context, subnet netip.Prefix) error {
 	return nil
 }
 
+func (f *fakeIPAM) Holds(_ context.Context, subnet netip.Prefix, a netip.Addr) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return false, f.fail
+	}
+	return f.held[subnet] == a, nil
+}
+
 var podCIDR = netip.MustParsePrefix("10.244.1.0/24")
 
 // vipState is one overlay Service with a local and a remote pod on a Node

@@ -212,6 +212,9 @@ func AllFeatures() Features {
 type HNS interface {
 	Features(ctx context.Context) (Features, error)
 	GetNetwork(ctx context.Context, name string) (Network, error)
+	// ListNetworks lists the node's networks (finding the network when
+	// none is named).
+	ListNetworks(ctx context.Context) ([]Network, error)
 	ListEndpoints(ctx context.Context, networkID string) ([]Endpoint, error)
 	CreateRemoteEndpoint(ctx context.Context, networkID string, ep Endpoint) (Endpoint, error)
 	// CreateLocalEndpoint creates an endpoint on this host (the overlay source
