@@ -49,7 +49,7 @@ type CNIConfig struct {
 // String says what was read, for the log and explain.
 func (c *CNIConfig) String() string {
 	if c == nil {
-		return "none"
+		return "none found"
 	}
 	s := fmt.Sprintf("%s (network %q, type %s, IPAM %s, cniVersion %s", c.File, c.Name, c.Type, c.IPAMType, c.CNIVersion)
 	if c.DataDir != "" {

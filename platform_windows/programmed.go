@@ -1,9 +1,11 @@
 package hns
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -113,9 +115,65 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 	for feature, detail := range b.noticed[svc] {
 		out.Notes = append(out.Notes, feature+": "+detail)
 	}
-	if b.sourceVIP.IsValid() && len(out.Frontends) > 0 {
-		out.Notes = append(out.Notes, fmt.Sprintf("SourceVIP: overlay source VIP %s, chosen by %s", b.sourceVIP, b.sourceVIPFrom))
-	}
+	out.Notes = append(out.Notes, b.nodeNotes(ctx, nw, eps)...)
 	sort.Strings(out.Notes)
 	return out, nil
+}
+
+// nodeNotes say, from this read of HNS, which network and which source VIP
+// the node uses and what chose each, and the CNI configuration read: what
+// `crossproxy explain` run on the node shows although its backend never
+// synced.
+func (b *Backend) nodeNotes(ctx context.Context, nw Network, eps []Endpoint) []string {
+	notes := []string{fmt.Sprintf("HNSNetwork: %s (%s, id %s, subnets %s), found by %s", nw.Name, nw.Type, nw.ID, cmp.Or(prefixes(nw.Subnets), "none"), b.networkFrom),
+		"CNIConfig: " + b.cfg.CNI.String()}
+	if !nw.isOverlay() {
+		return notes
+	}
+	vip, from := b.sourceVIP, b.sourceVIPFrom
+	if !vip.IsValid() {
+		vip, from = b.previewSourceVIP(ctx, nw, eps)
+	}
+	if !vip.IsValid() {
+		return append(notes, "SourceVIP: none yet: "+from)
+	}
+	return append(notes, fmt.Sprintf("SourceVIP: overlay source VIP %s, chosen by %s", vip, from))
+}
+
+// previewSourceVIP is chooseSourceVIP without a sync: what the node would
+// use now, from the configuration, the endpoints just read and the ledger,
+// reserving nothing. Without the Node's podCIDRs at hand, a network that
+// reports no subnet accepts any address.
+func (b *Backend) previewSourceVIP(ctx context.Context, nw Network, eps []Endpoint) (netip.Addr, string) {
+	in := func(a netip.Addr) bool {
+		return len(nw.Subnets) == 0 || slices.ContainsFunc(nw.Subnets, func(p netip.Prefix) bool { return p.Contains(a) })
+	}
+	if b.cfg.SourceVIP.IsValid() {
+		return b.cfg.SourceVIP, cmp.Or(b.cfg.SourceVIPOrigin, "configuration")
+	}
+	var own, calico *Endpoint
+	for i, ep := range eps {
+		switch {
+		case ep.Remote || !in(ep.IP):
+		case isCalicoEndpointName(ep.Name, nw.Name) && calico == nil:
+			calico = &eps[i]
+		case ep.Name == sourceVIPEndpointName && own == nil:
+			own = &eps[i]
+		}
+	}
+	switch {
+	case calico != nil:
+		return calico.IP, fmt.Sprintf("the existing HNS endpoint %q (calico-node's)", calico.Name)
+	case own != nil:
+		return own.IP, fmt.Sprintf("the existing HNS endpoint %q", own.Name)
+	}
+	if r := b.ledger.SourceVIP; r != nil && in(r.Address) {
+		if ipam := b.ipam(r); ipam != nil {
+			if held, err := ipam.Holds(ctx, r.Subnet, r.Address); err != nil || !held {
+				return netip.Addr{}, fmt.Sprintf("the reservation %s recorded in the ledger is no longer held by the IPAM store (%v); the next sync reserves anew", r.Address, err)
+			}
+		}
+		return r.Address, fmt.Sprintf("the reservation recorded in the ledger (subnet %s), still held by the IPAM store", r.Subnet)
+	}
+	return netip.Addr{}, fmt.Sprintf("no source-VIP endpoint on the network and no reservation: the next sync reserves one from %s through the IPAM plugin", cmp.Or(prefixes(nw.Subnets), "none"))
 }
