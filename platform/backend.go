@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -55,16 +54,29 @@ type Backend interface {
 	Close() error
 }
 
-// DriftChecker is a Backend that can tell cheaply whether what it programmed
-// is still in force, so a rule removed behind its back (a firewall reload
-// flushing nftables, an HNS restart) is repaired at the next sync instead of
-// at the next full sync, an hour later. The Runner calls CheckDrift before
-// every sync that is not already full.
+// DriftChecker is a Backend that can tell whether what it programmed is
+// still in force, so a rule removed behind its back (a firewall reload
+// flushing nftables, an HNS restart) is repaired within one SyncPeriod
+// instead of at the next full sync, an hour later. The Runner decides when
+// a check is due, for both backends alike: SyncPeriod after the last check,
+// whatever syncs came between; a due check gets a sync of its own, which the
+// check makes full when it found drift. A backend whose check costs nothing
+// (nftables' ruleset generation) is checked before every sync as well; one
+// whose check lists objects (ListingDriftChecker) only when due.
 type DriftChecker interface {
 	// CheckDrift names what others changed of what the backend programmed
-	// since its last sync, or returns nil when nothing was. It must cost
-	// little when nothing changed (no listing of every rule).
+	// since its last sync, or returns nil when nothing was.
 	CheckDrift(ctx context.Context) ([]string, error)
+}
+
+// ListingDriftChecker is a DriftChecker whose check lists the data plane's
+// objects (HNS has neither change notifications nor a generation counter):
+// the Runner calls its CheckDrift only when a check is due, so a burst of
+// changes costs no listing per sync.
+type ListingDriftChecker interface {
+	DriftChecker
+	// DriftCheckLists marks the check as one that lists objects.
+	DriftCheckLists()
 }
 
 // DriftWatcher is a Backend that hears of changes to its rules as others make
@@ -176,19 +188,21 @@ type BackendConfig struct {
 	// SourceVIPOrigin says where SourceVIP came from ("flag", "config file",
 	// "Node annotation"), for the log and explain.
 	SourceVIPOrigin string
-	// CNIBinDir, CNINetwork and CNIDataDir locate the network's IPAM plugin
-	// (host-local) and its store, where an overlay node without a source VIP
-	// reserves one from its pod CIDR (empty: C:\opt\cni\bin, the HNS
-	// network's name, the plugin's default).
+	// CNIConfDir is where the node's CNI configuration is (empty: the
+	// directories flannel, Calico, sig-windows-tools and containerd use);
+	// it names the HNS network when NetworkName is empty, and the IPAM.
+	CNIConfDir string
+	// CNIBinDir, CNINetwork and CNIDataDir override what the CNI
+	// configuration says of the network's IPAM plugin (host-local) and its
+	// store, where an overlay node without a source VIP reserves one
+	// (empty: CNI_PATH and the usual bin directories, the configuration's
+	// name and dataDir).
 	CNIBinDir  string
 	CNINetwork string
 	CNIDataDir string
 	// Repairs counts objects found changed or gone behind the proxy's back
 	// and put back (a metric); nil when nothing counts them.
 	Repairs RepairCounter
-	// DriftCheckPeriod is how often the HNS backend lists its load balancers
-	// to find drift: the runner's SyncPeriod, so a periodic sync checks.
-	DriftCheckPeriod time.Duration
 	// Notifier receives the features HNS cannot express for a Service, for
 	// Events on it (platform/events.Recorder); nil when no API server is
 	// followed (standalone mode).

@@ -61,6 +61,10 @@ type RunnerConfig struct {
 	FullSyncPeriod time.Duration
 	// MaxBackoff caps the retry delay after failed syncs (default 1 min).
 	MaxBackoff time.Duration
+	// Clock is the time the Runner schedules by (nil: the wall clock); a
+	// backend's tests step a fake one to prove its drift bound through the
+	// Runner.
+	Clock clock.Clock
 	// ReleaseMemory, when set, runs before and after each full sync, the
 	// proxy's memory peak. The binary sets debug.FreeOSMemory: collecting
 	// first lets the heap grow from what is live, collecting after hands the
@@ -118,6 +122,9 @@ type Runner struct {
 	// others are the other proxies found at othersAt (Runner goroutine only).
 	others   []OtherProxy
 	othersAt time.Time
+	// checkedAt is when the backend's DriftChecker last ran (Runner
+	// goroutine only): the next check is due SyncPeriod after it.
+	checkedAt time.Time
 }
 
 // maxDrift bounds the descriptions of outside changes a sync keeps: a storm
@@ -130,13 +137,17 @@ func NewRunner(cfg RunnerConfig, source StateSource, backend Backend, log logrus
 	if release == nil {
 		release = func() {}
 	}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
 	return &Runner{
 		cfg:     cfg.withDefaults(),
 		source:  source,
 		backend: backend,
 		log:     log,
 		trigger: make(chan struct{}, 1),
-		clock:   clock.RealClock{},
+		clock:   clk,
 		release: release,
 	}
 }
@@ -200,6 +211,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		wait := time.Hour // idle until the first trigger
 		if started {
 			wait = min(lastFull.Add(r.cfg.FullSyncPeriod).Sub(now), lastSync.Add(r.cfg.SyncPeriod).Sub(now))
+			if d, ok := r.driftCheckIn(now); ok {
+				wait = min(wait, d)
+			}
 		}
 		if pending {
 			due := lastSync.Add(r.cfg.MinSyncPeriod)
@@ -209,6 +223,11 @@ func (r *Runner) Run(ctx context.Context) error {
 			if d := due.Sub(now); d < wait {
 				wait = d
 			}
+		}
+		if d := retryAt.Sub(now); d > wait {
+			// Nothing syncs before retryAt: waking sooner (a periodic sync or
+			// drift check already due) would only spin.
+			wait = d
 		}
 		if wait < 0 {
 			wait = 0
@@ -233,19 +252,24 @@ func (r *Runner) Run(ctx context.Context) error {
 		case <-timer.C():
 		}
 		now = r.clock.Now()
+		checkDue := false
 		if started {
+			d, ok := r.driftCheckIn(now)
+			checkDue = ok && d <= 0
 			full := !now.Before(lastFull.Add(r.cfg.FullSyncPeriod))
 			if full {
 				r.source.ForceFull()
 			}
-			if full || !now.Before(lastSync.Add(r.cfg.SyncPeriod)) {
+			if full || checkDue || !now.Before(lastSync.Add(r.cfg.SyncPeriod)) {
 				if !pending {
 					r.notifyQueued(now)
 				}
 				pending = true
 			}
 		}
-		if !pending || now.Before(lastSync.Add(r.cfg.MinSyncPeriod)) || now.Before(retryAt) {
+		// A due drift check is not held back by MinSyncPeriod: it comes once
+		// per SyncPeriod, and waiting would stretch the repair bound.
+		if !pending || (!checkDue && now.Before(lastSync.Add(r.cfg.MinSyncPeriod))) || now.Before(retryAt) {
 			continue
 		}
 		started = true
@@ -351,7 +375,8 @@ func (r *Runner) checkDrift(ctx context.Context) []string {
 	}
 	r.drift, r.driftMore = nil, 0
 	r.driftMu.Unlock()
-	if c, ok := r.backend.(DriftChecker); ok {
+	if c, ok := r.backend.(DriftChecker); ok && r.driftCheckNow(r.clock.Now()) {
+		r.checkedAt = r.clock.Now()
 		more, err := c.CheckDrift(ctx)
 		if err != nil {
 			more = []string{fmt.Sprintf("rules could not be checked (%v)", err)}
@@ -362,6 +387,31 @@ func (r *Runner) checkDrift(ctx context.Context) []string {
 		r.source.ForceFull()
 	}
 	return found
+}
+
+// driftCheckIn says how long until the backend's drift check is due
+// (SyncPeriod after the last one, whatever syncs came between; zero or less:
+// due now), and false when the backend has no DriftChecker. The first check
+// comes with the first sync.
+func (r *Runner) driftCheckIn(now time.Time) (time.Duration, bool) {
+	if _, ok := r.backend.(DriftChecker); !ok {
+		return 0, false
+	}
+	if r.checkedAt.IsZero() {
+		return 0, true
+	}
+	return r.checkedAt.Add(r.cfg.SyncPeriod).Sub(now), true
+}
+
+// driftCheckNow says whether the sync starting now runs the backend's drift
+// check: always for a check that costs nothing, only when due for one that
+// lists objects (ListingDriftChecker).
+func (r *Runner) driftCheckNow(now time.Time) bool {
+	if _, listing := r.backend.(ListingDriftChecker); !listing {
+		return true
+	}
+	d, _ := r.driftCheckIn(now)
+	return d <= 0
 }
 
 // checkOtherProxies asks the backend for other Service proxies on the node

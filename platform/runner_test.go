@@ -126,14 +126,21 @@ func startRunner(t *testing.T, cfg RunnerConfig, b *fakeBackend) (*Runner, *fake
 // and setting the timer), until until() holds or d has passed.
 func advance(t *testing.T, fc *clocktesting.FakeClock, d time.Duration, until func() bool) {
 	t.Helper()
+	advanceBy(t, fc, time.Millisecond, d, until)
+}
+
+// advanceBy is advance with steps of step: larger steps cover minutes of
+// fake time within the real-time deadline, events landing up to a step late.
+func advanceBy(t *testing.T, fc *clocktesting.FakeClock, step, d time.Duration, until func() bool) {
+	t.Helper()
 	end := fc.Now().Add(d)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for !until() && fc.Now().Before(end) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the runner stopped waiting on its timer at %v", fc.Now())
 		}
 		if fc.HasWaiters() {
-			fc.Step(time.Millisecond)
+			fc.Step(min(step, end.Sub(fc.Now())))
 		}
 		time.Sleep(50 * time.Microsecond)
 	}

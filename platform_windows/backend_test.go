@@ -294,7 +294,9 @@ func TestProgrammedReadsHNS(t *testing.T) {
 		{Kind: core.FrontendClusterIP, Addr: ip("10.96.0.10"), Port: 80, Protocol: "TCP", Endpoints: eps},
 		{Kind: core.FrontendNodePort, Addr: ip("192.168.0.11"), Port: 30080, Protocol: "TCP", Endpoints: eps},
 		{Kind: core.FrontendLoadBalancer, Addr: ip("198.51.100.9"), Port: 80, Protocol: "TCP", Endpoints: eps},
-	}, Notes: []string{"LoadBalancerSourceRanges: port http: HNS load balancers cannot filter clients by source; loadBalancerSourceRanges 0.0.0.0/8 are not enforced",
+	}, Notes: []string{"CNIConfig: none found",
+		"HNSNetwork: vxlan0 (Overlay, id 00000000-0000-4000-8000-00000000BEEF, subnets none), found by the configuration (flag --network-name or KUBE_NETWORK)",
+		"LoadBalancerSourceRanges: port http: HNS load balancers cannot filter clients by source; loadBalancerSourceRanges 0.0.0.0/8 are not enforced",
 		"SourceVIP: overlay source VIP 10.244.1.2, chosen by flag --source-vip"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)
@@ -324,11 +326,12 @@ func TestProgrammedWithoutEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []platform.ProgrammedFrontend{{Kind: core.FrontendClusterIP, Addr: ip("10.96.0.10"), Port: 80, Protocol: "TCP", Verdict: core.VerdictDrop}}
-	if !reflect.DeepEqual(got.Frontends, want) || len(got.Notes) != 2 || !strings.HasPrefix(got.Notes[0], "RejectWithoutEndpoints: ") || !strings.HasPrefix(got.Notes[1], "SourceVIP: ") {
+	if !reflect.DeepEqual(got.Frontends, want) || len(got.Notes) != 4 || !strings.HasPrefix(got.Notes[2], "RejectWithoutEndpoints: ") || !strings.HasPrefix(got.Notes[3], "SourceVIP: ") {
 		t.Fatalf("got %+v", got)
 	}
 	r.sync(t, state(), partial(p.Key))
-	if got, _ := r.backend.Programmed(context.Background(), p.Key.Service); len(got.Frontends) != 0 || len(got.Notes) != 0 {
+	// Only the node's notes stay (network, CNI configuration, source VIP).
+	if got, _ := r.backend.Programmed(context.Background(), p.Key.Service); len(got.Frontends) != 0 || len(got.Notes) != 3 {
 		t.Fatalf("after the Service went: %+v", got)
 	}
 }
@@ -419,10 +422,12 @@ func TestFileLedgerRoundTrip(t *testing.T) {
 
 // TestCleanupUsesRecordedNetwork: `crossproxy cleanup` without
 // --network-name still finds the remote endpoints through the network the
-// ledger recorded; Sync without a network name fails naming the flag.
+// ledger recorded; Sync without a network name, on a node with two
+// candidates, fails naming the flag.
 func TestCleanupUsesRecordedNetwork(t *testing.T) {
 	r := newRig(t, AllFeatures(), "10.244.1.5")
 	r.sync(t, state(port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080), remote("10.244.2.7", 8080)})), full())
+	r.fake.AddNetwork(Network{ID: "second", Name: "vxlan1", Type: NetworkOverlay})
 	b, err := New(r.fake, Config{Ledger: r.ledger}, logrus.New())
 	if err != nil {
 		t.Fatal(err)

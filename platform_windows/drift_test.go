@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/crossproxy/crossproxy/core"
 )
 
@@ -30,7 +32,7 @@ func (r *repairLog) Repaired(object string, n int) {
 	r.got[object] += n
 }
 
-// clock is the backend's time, moved by the test.
+// clock is the backend's time (the Calico wait), moved by the test.
 type clock struct{ t time.Time }
 
 func (c *clock) now() time.Time { return c.t }
@@ -56,23 +58,39 @@ func services(n int) *core.NodeState {
 	return state(ports...)
 }
 
-// TestDriftCheckedOncePerSyncPeriod: partial syncs list the load balancers
-// at most once per DriftCheckPeriod (a burst of changes costs no extra
-// call); the periodic sync with nothing changed costs one listing.
-func TestDriftCheckedOncePerSyncPeriod(t *testing.T) {
-	r, rep, c := driftRig(t, "10.244.1.5")
+// checkAndSync is what the runner does when a drift check is due: the
+// check, then a sync that is full when it found drift.
+func (r *rig) checkAndSync(t *testing.T, s *core.NodeState) []string {
+	t.Helper()
+	drift, err := r.backend.CheckDrift(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := partial()
+	if len(drift) > 0 {
+		c = full()
+	}
+	r.sync(t, s, c)
+	return drift
+}
+
+// TestDriftCheckCalls: a drift check costs 3 calls (network, endpoints, load
+// balancers) whatever the number of Services, and partial syncs make none:
+// the runner calls the check once per SyncPeriod, not per sync.
+func TestDriftCheckCalls(t *testing.T) {
+	r, rep, _ := driftRig(t, "10.244.1.5")
 	s := services(3)
 	r.sync(t, s, full())
 	r.fake.ResetCalls()
-	c.t = c.t.Add(5 * time.Second)
 	r.sync(t, s, partial())
 	if n := r.fake.TotalCalls(); n != 0 {
-		t.Fatalf("a partial sync 5 s after the full one made %d calls (%v), want none", n, r.fake.Calls())
+		t.Fatalf("a partial sync made %d calls (%v), want none", n, r.fake.Calls())
 	}
-	c.t = c.t.Add(defaultDriftCheckPeriod)
-	r.sync(t, s, partial())
-	if got, want := r.fake.Calls(), map[string]int{"ListLoadBalancers": 1}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("periodic sync without drift: calls %v, want %v", got, want)
+	if drift := r.checkAndSync(t, s); drift != nil {
+		t.Fatalf("drift found where there is none: %q", drift)
+	}
+	if got, want := r.fake.Calls(), map[string]int{"GetNetwork": 1, "ListEndpoints": 1, "ListLoadBalancers": 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("drift check without drift: calls %v, want %v", got, want)
 	}
 	if len(rep.got) != 0 {
 		t.Fatalf("repairs counted without drift: %v", rep.got)
@@ -80,11 +98,11 @@ func TestDriftCheckedOncePerSyncPeriod(t *testing.T) {
 }
 
 // TestDriftRepairedWithinSyncPeriod: a load balancer deleted and another
-// changed behind crossproxy's back are found by the periodic sync's one
-// listing and put back in that sync; a foreign load balancer is no drift and
-// stays as it is; the metric counts the two.
+// changed behind crossproxy's back are found by the check and put back by
+// the sync after it, which reads nothing more; a foreign load balancer is no
+// drift and stays as it is; the metric counts the two.
 func TestDriftRepairedWithinSyncPeriod(t *testing.T) {
-	r, rep, c := driftRig(t, "10.244.1.5")
+	r, rep, _ := driftRig(t, "10.244.1.5")
 	r.fake.AddForeignLoadBalancer(LoadBalancer{Protocol: ProtocolTCP, FrontendVIPs: []netip.Addr{ip("10.96.9.9")}, ExternalPort: 80, InternalPort: 80})
 	s := services(3)
 	r.sync(t, s, full())
@@ -100,60 +118,150 @@ func TestDriftRepairedWithinSyncPeriod(t *testing.T) {
 	r.fake.DeleteBehind(mine[0].ID)
 	r.fake.ChangeBehind(mine[1].ID, func(lb *LoadBalancer) { lb.InternalPort = 9999; lb.EndpointIDs = lb.EndpointIDs[:1] })
 	r.fake.ResetCalls()
-	c.t = c.t.Add(defaultDriftCheckPeriod)
-	r.sync(t, s, partial())
+	drift := r.checkAndSync(t, s)
+	if len(drift) != 2 || !strings.Contains(strings.Join(drift, "; "), "missing") || !strings.Contains(strings.Join(drift, "; "), "changed") {
+		t.Fatalf("drift %q, want one load balancer missing and one changed", drift)
+	}
 	if got := stateDump(r.fake); got != want {
 		t.Fatalf("after the repair:\n%s\nwant:\n%s", got, want)
 	}
 	wantCalls := map[string]int{"ListLoadBalancers": 1, "GetNetwork": 1, "ListEndpoints": 1, "CreateLoadBalancer": 1, "UpdateLoadBalancer": 1}
 	if got := r.fake.Calls(); !reflect.DeepEqual(got, wantCalls) {
-		t.Fatalf("repair calls %v, want %v", got, wantCalls)
+		t.Fatalf("check and repair calls %v, want %v", got, wantCalls)
 	}
+	t.Logf("two load balancers drifted: check and repair %d calls %v", r.fake.TotalCalls(), r.fake.Calls())
 	if rep.got["load balancer"] != 2 {
 		t.Fatalf("repairs counted %v, want 2 load balancers", rep.got)
 	}
-	// The next periodic sync finds nothing more to do.
+	// The next check finds nothing more to do.
 	r.fake.ResetCalls()
-	c.t = c.t.Add(defaultDriftCheckPeriod)
-	r.sync(t, s, partial())
-	if n := r.fake.TotalCalls(); n != 1 {
-		t.Fatalf("after the repair the periodic sync made %v", r.fake.Calls())
+	if drift := r.checkAndSync(t, s); drift != nil || r.fake.TotalCalls() != 3 {
+		t.Fatalf("after the repair the check found %q with %v", drift, r.fake.Calls())
 	}
 }
 
 // TestHNSRestartRepairedInOneSync: an HNS restart that loses every load
-// balancer and remote endpoint is repaired by the next periodic sync alone:
-// one listing finds it, the sync re-reads the network and endpoints and
-// creates everything again. The call counts are in test/results/windows.md.
+// balancer, every remote endpoint and the source-VIP endpoint is found by
+// one check and repaired by the one sync after it. The call counts are in
+// test/results/windows.md.
 func TestHNSRestartRepairedInOneSync(t *testing.T) {
 	const n = 20
-	r, rep, c := driftRig(t, "10.244.1.5")
+	r, rep, _ := driftRig(t, "10.244.1.5")
 	s := services(n)
 	r.sync(t, s, full())
 	want := stateDump(r.fake)
-	r.fake.RestartLosingState()
+	r.fake.RestartLosingState(r.backend.sourceVIP)
 	r.fake.ResetCalls()
-	c.t = c.t.Add(defaultDriftCheckPeriod)
-	r.sync(t, s, partial())
-	if got := stateDump(r.fake); got != want {
-		t.Fatalf("after the repair:\n%s\nwant:\n%s", got, want)
+	drift := r.checkAndSync(t, s)
+	if !strings.Contains(strings.Join(drift, "; "), "source-VIP endpoint 10.244.1.2 missing") {
+		t.Fatalf("drift %q does not name the lost source-VIP endpoint", drift)
 	}
-	// 3 reads; per Service one remote endpoint for the pod on lin-1, one for
-	// the ClusterIP (overlay) and one load balancer.
-	wantCalls := map[string]int{"ListLoadBalancers": 1, "GetNetwork": 1, "ListEndpoints": 1, "CreateRemoteEndpoint": 2 * n, "CreateLoadBalancer": n}
+	// Everything as before, and the source-VIP endpoint back as crossproxy's own.
+	got := stateDump(r.fake)
+	if own := "endpoint 10.244.1.2 remote=false pa=invalid IP mac=" + hostMAC + "\n"; !strings.Contains(got, own) || strings.Replace(got, own, "", 1) != want {
+		t.Fatalf("after the repair:\n%s\nwant:\n%s%s", got, own, want)
+	}
+	// 3 reads (the check's, used by the repair); the source-VIP endpoint;
+	// per Service one remote endpoint for the pod on lin-1, one for the
+	// ClusterIP (overlay) and one load balancer.
+	wantCalls := map[string]int{"ListLoadBalancers": 1, "GetNetwork": 1, "ListEndpoints": 1, "CreateLocalEndpoint": 1, "CreateRemoteEndpoint": 2 * n, "CreateLoadBalancer": n}
 	if got := r.fake.Calls(); !reflect.DeepEqual(got, wantCalls) {
-		t.Fatalf("repair calls %v, want %v", got, wantCalls)
+		t.Fatalf("check and repair calls %v, want %v", got, wantCalls)
 	}
-	t.Logf("HNS restart, %d Services: %d calls %v", n, r.fake.TotalCalls(), r.fake.Calls())
-	if rep.got["load balancer"] != n || rep.got["remote endpoint"] != 2*n {
-		t.Fatalf("repairs counted %v, want %d load balancers and %d remote endpoints", rep.got, n, 2*n)
+	t.Logf("HNS restart, %d Services: check and repair %d calls %v", n, r.fake.TotalCalls(), r.fake.Calls())
+	if rep.got["load balancer"] != n || rep.got["remote endpoint"] != 2*n || rep.got["source-VIP endpoint"] != 1 {
+		t.Fatalf("repairs counted %v, want %d load balancers, %d remote endpoints, 1 source-VIP endpoint", rep.got, n, 2*n)
 	}
 }
 
-// TestDriftCheckFailure: a listing that fails fails the sync (the runner
-// backs off and forces a full sync) and deletes nothing.
+// TestNetworkRecreatedReprogrammed: flannel recreating its network under a
+// new id (its endpoints and load balancers gone with it, the pods' endpoints
+// made again by the CNI) is named by the check and leads to a full
+// re-program on the new network.
+func TestNetworkRecreatedReprogrammed(t *testing.T) {
+	const n = 3
+	r, rep, _ := driftRig(t, "10.244.1.5")
+	s := services(n)
+	r.sync(t, s, full())
+	lbsBefore := lbLines(stateDump(r.fake))
+	r.fake.RecreateNetwork("00000000-0000-4000-8000-0000000NEW01")
+	r.fake.AddLocalEndpoint("pod-10.244.1.5", ip("10.244.1.5"))
+	r.fake.ResetCalls()
+	drift := r.checkAndSync(t, s)
+	if len(drift) == 0 || !strings.Contains(drift[0], `HNS network "vxlan0" recreated (id 00000000-0000-4000-8000-0000000NEW01`) {
+		t.Fatalf("drift %q, want the network recreated", drift)
+	}
+	if got := lbLines(stateDump(r.fake)); got != lbsBefore {
+		t.Fatalf("load balancers on the new network:\n%s\nwant:\n%s", got, lbsBefore)
+	}
+	for _, ep := range r.fake.Endpoints() {
+		if ep.Name == sourceVIPEndpointName && ep.IP == ip("10.244.1.2") {
+			if rep.got["network"] != 1 || rep.got["remote endpoint"] != 2*n {
+				t.Fatalf("repairs counted %v, want the network and %d remote endpoints", rep.got, 2*n)
+			}
+			t.Logf("network recreated, %d Services: check and repair %d calls %v", n, r.fake.TotalCalls(), r.fake.Calls())
+			return
+		}
+	}
+	t.Fatalf("no source-VIP endpoint on the new network: %v", r.fake.Endpoints())
+}
+
+// lbLines keeps the load balancer lines of a stateDump.
+func lbLines(dump string) string {
+	var out []string
+	for _, l := range strings.Split(dump, "\n") {
+		if l != "" && !strings.HasPrefix(l, "endpoint ") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestHostEndpointDrift: with forwardHealthCheckVip, the host endpoint
+// (cbr0) made after crossproxy's first sync is drift the check names, and
+// the repair creates the health-check load balancer leading to it.
+func TestHostEndpointDrift(t *testing.T) {
+	f := NewFake(l2bridge, AllFeatures())
+	f.AddLocalEndpoint("pod", ip("10.244.1.10"))
+	log := logrus.New()
+	log.SetOutput(testWriter{t})
+	b, err := New(f, Config{NetworkName: "cbr0", Ledger: &MemoryLedger{}, ForwardHealthCheckVIP: true, HealthzPort: 10256}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s := state(lbPort("web-lb", "10.96.0.13", 0, []core.Endpoint{local("10.244.1.10", 8080)}, "172.16.0.10"))
+	if err := b.Sync(ctx, s, full()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.LoadBalancers()); n != 2 {
+		t.Fatalf("%d load balancers without the host endpoint, want 2 (no health-check one)", n)
+	}
+	rootID := f.AddLocalEndpoint("cbr0", ip("10.244.1.3"))
+	f.ResetCalls()
+	drift, err := b.CheckDrift(ctx)
+	if err != nil || len(drift) != 1 || drift[0] != `host endpoint "cbr0" appeared` {
+		t.Fatalf("drift %q %v, want the host endpoint appeared", drift, err)
+	}
+	if err := b.Sync(ctx, s, full()); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls := map[string]int{"GetNetwork": 1, "ListEndpoints": 1, "ListLoadBalancers": 1, "CreateLoadBalancer": 1}
+	if got := f.Calls(); !reflect.DeepEqual(got, wantCalls) {
+		t.Fatalf("check and repair calls %v, want %v", got, wantCalls)
+	}
+	for _, lb := range f.LoadBalancers() {
+		if lb.ExternalPort == 10256 && len(lb.EndpointIDs) == 1 && strings.EqualFold(lb.EndpointIDs[0], rootID) {
+			return
+		}
+	}
+	t.Fatalf("no health-check load balancer to the host endpoint after the repair: %v", f.LoadBalancers())
+}
+
+// TestDriftCheckFailure: a check that cannot list fails naming the check
+// and changes nothing (the runner then makes the sync full, which retries).
 func TestDriftCheckFailure(t *testing.T) {
-	r, _, c := driftRig(t, "10.244.1.5")
+	r, _, _ := driftRig(t, "10.244.1.5")
 	s := services(2)
 	r.sync(t, s, full())
 	before := stateDump(r.fake)
@@ -163,10 +271,9 @@ func TestDriftCheckFailure(t *testing.T) {
 		}
 		return nil
 	})
-	c.t = c.t.Add(defaultDriftCheckPeriod)
-	err := r.backend.Sync(context.Background(), s, partial())
-	if err == nil || !strings.Contains(err.Error(), "check load balancers for drift") {
-		t.Fatalf("want the sync failed naming the drift check, got %v", err)
+	_, err := r.backend.CheckDrift(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "check for drift") {
+		t.Fatalf("want the check failed naming itself, got %v", err)
 	}
 	if got := stateDump(r.fake); got != before {
 		t.Fatalf("a failed check changed HNS:\n%s\nwant:\n%s", got, before)
@@ -205,7 +312,7 @@ func stateDump(f *Fake) string {
 // frontend, from the listings the syncs make anyway; crossproxy's own never
 // are; once the foreign one is gone, the next drift check clears it.
 func TestOtherProxiesAreForeignLoadBalancers(t *testing.T) {
-	r, _, c := driftRig(t, "10.244.1.5")
+	r, _, _ := driftRig(t, "10.244.1.5")
 	ctx := context.Background()
 	s := services(2)
 	r.sync(t, s, full())
@@ -213,8 +320,7 @@ func TestOtherProxiesAreForeignLoadBalancers(t *testing.T) {
 		t.Fatalf("only crossproxy's load balancers: %v %v", o, err)
 	}
 	id := r.fake.AddForeignLoadBalancer(LoadBalancer{Protocol: ProtocolTCP, FrontendVIPs: []netip.Addr{ip("10.96.9.9")}, ExternalPort: 443, InternalPort: 443})
-	c.t = c.t.Add(defaultDriftCheckPeriod)
-	r.sync(t, s, partial())
+	r.checkAndSync(t, s)
 	o, err := r.backend.OtherProxies(ctx)
 	if err != nil || len(o) != 1 || o[0].Name != otherHNSProxy || !strings.Contains(o[0].String(), "1 HNS load balancers crossproxy did not create: TCP/10.96.9.9/443") {
 		t.Fatalf("a foreign load balancer: %v %v", o, err)
@@ -222,8 +328,7 @@ func TestOtherProxiesAreForeignLoadBalancers(t *testing.T) {
 	if err := r.fake.DeleteLoadBalancer(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	c.t = c.t.Add(defaultDriftCheckPeriod)
-	r.sync(t, s, partial())
+	r.checkAndSync(t, s)
 	if o, err := r.backend.OtherProxies(ctx); err != nil || o != nil {
 		t.Fatalf("after the foreign load balancer went: %v %v", o, err)
 	}

@@ -24,9 +24,11 @@ type Fake struct {
 	mu       sync.Mutex
 	features Features
 	network  Network
-	eps      map[string]Endpoint
-	lbs      map[string]LoadBalancer
-	nextID   int
+	// others are the node's other networks (ListNetworks: nat, another CNI's).
+	others []Network
+	eps    map[string]Endpoint
+	lbs    map[string]LoadBalancer
+	nextID int
 
 	// What tests set through the helpers in fake_helpers_test.go.
 	calls    map[string]int
@@ -138,10 +140,29 @@ func (f *Fake) GetNetwork(ctx context.Context, name string) (Network, error) {
 	if err := f.call(ctx, "GetNetwork", name); err != nil {
 		return Network{}, err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if !strings.EqualFold(name, f.network.Name) {
 		return Network{}, fmt.Errorf("network %q: %w", name, ErrNotFound)
 	}
-	return f.network, nil
+	// HNS reports the network afresh on each query: the caller's copy shares
+	// nothing with it, its subnets (Ipams) included.
+	nw := f.network
+	nw.RemoteSubnets = slices.Clone(nw.RemoteSubnets)
+	nw.Subnets = slices.Clone(nw.Subnets)
+	return nw, nil
+}
+
+// ListNetworks implements HNS: the network crossproxy programs and the
+// others, in the order they were made.
+func (f *Fake) ListNetworks(ctx context.Context) ([]Network, error) {
+	if err := f.call(ctx, "ListNetworks", ""); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := []Network{f.network}
+	return append(out, f.others...), nil
 }
 
 // ListEndpoints implements HNS.

@@ -3,6 +3,7 @@ package hns
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -146,18 +147,39 @@ func (f *Fake) SetRemoteSubnets(s []RemoteSubnet) {
 	f.network.RemoteSubnets = s
 }
 
-// RestartLosingState is an HNS restart that keeps nothing crossproxy made:
-// every load balancer and every remote endpoint is gone, and so is the
-// overlay source VIP endpoint crossproxy created; the CNI's endpoints stay.
-func (f *Fake) RestartLosingState() {
+// RestartLosingState is an HNS restart that keeps nothing crossproxy relies
+// on (kubernetes issues 110849, 135802): every load balancer and every
+// remote endpoint is gone, and so are the local endpoints at lost (the
+// overlay source-VIP endpoint, whoever made it); the pods' endpoints stay.
+func (f *Fake) RestartLosingState(lost ...netip.Addr) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	clear(f.lbs)
 	for id, ep := range f.eps {
-		if ep.Remote || ep.Name == sourceVIPEndpointName {
+		if ep.Remote || ep.Name == sourceVIPEndpointName || slices.Contains(lost, ep.IP) {
 			delete(f.eps, id)
 		}
 	}
+}
+
+// RecreateNetwork deletes the network and creates it again under a new id,
+// as flannel does on restart when the network does not match its lease
+// (pkg/backend/vxlan/device_windows.go, ensureNetwork): its endpoints go with
+// it, and so (assumed here) do the load balancers that used them. The CNI
+// makes the pods' endpoints again on the new network (AddLocalEndpoint).
+func (f *Fake) RecreateNetwork(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.network.ID = id
+	clear(f.eps)
+	clear(f.lbs)
+}
+
+// AddNetwork adds another network to the node (Docker's nat, a second CNI's).
+func (f *Fake) AddNetwork(nw Network) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.others = append(f.others, nw)
 }
 
 // DeleteBehind deletes a load balancer as another tool would (not a call).

@@ -79,6 +79,28 @@ func (HCN) GetNetwork(ctx context.Context, name string) (Network, error) {
 	return networkFromHCN(nw)
 }
 
+// ListNetworks implements HNS. A network whose policies do not convert is
+// listed with its name and type only: it is a candidate to name, not one to
+// program.
+func (HCN) ListNetworks(ctx context.Context) ([]Network, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	nws, err := hcn.ListNetworks()
+	if err != nil {
+		return nil, fmt.Errorf("list networks: %w", mapErr(err))
+	}
+	out := make([]Network, 0, len(nws))
+	for i := range nws {
+		nw, err := networkFromHCN(&nws[i])
+		if err != nil {
+			nw = Network{ID: nws[i].Id, Name: nws[i].Name, Type: NetworkType(nws[i].Type)}
+		}
+		out = append(out, nw)
+	}
+	return out, nil
+}
+
 // ListEndpoints implements HNS. An endpoint with several IP configurations
 // (dual-stack pods) is returned once per address, with the same id.
 func (HCN) ListEndpoints(ctx context.Context, networkID string) ([]Endpoint, error) {
@@ -220,6 +242,16 @@ func isAlreadyExists(err error) bool {
 func networkFromHCN(nw *hcn.HostComputeNetwork) (Network, error) {
 	// The id stays as HNS gave it: it is passed back in HNS queries.
 	out := Network{ID: nw.Id, Name: nw.Name, Type: NetworkType(nw.Type)}
+	for _, ipam := range nw.Ipams {
+		for _, s := range ipam.Subnets {
+			// A prefix HNS reports but Go cannot read serves no source VIP:
+			// skipped, so the Node's pod CIDRs stand in rather than the
+			// network failing every sync.
+			if p, err := netip.ParsePrefix(s.IpAddressPrefix); err == nil {
+				out.Subnets = append(out.Subnets, p.Masked())
+			}
+		}
+	}
 	for _, p := range nw.Policies {
 		if p.Type != hcn.RemoteSubnetRoute {
 			continue

@@ -54,9 +54,18 @@ func TestHCNNetworkAndEndpoints(t *testing.T) {
 	s, _ := json.Marshal(hcn.RemoteSubnetRoutePolicySetting{DestinationPrefix: "10.244.2.0/24", ProviderAddress: "192.168.0.12"})
 	nw, err := networkFromHCN(&hcn.HostComputeNetwork{Id: "NET-ID", Name: "vxlan0", Type: hcn.Overlay, Policies: []hcn.NetworkPolicy{
 		{Type: hcn.RemoteSubnetRoute, Settings: s}, {Type: hcn.ProviderAddress, Settings: json.RawMessage(`{"ProviderAddress":"192.168.0.11"}`)},
-	}})
+	},
+		// flannel's vxlan backend (pkg/backend/vxlan/device_windows.go)
+		// creates vxlan0 with one static IPAM subnet, the node's pod subnet,
+		// routed through its .1; a prefix Go cannot read is skipped.
+		Ipams: []hcn.Ipam{{Type: "Static", Subnets: []hcn.Subnet{
+			{IpAddressPrefix: "10.244.1.0/24", Routes: []hcn.Route{{NextHop: "10.244.1.1", DestinationPrefix: "0.0.0.0/0"}}},
+			{IpAddressPrefix: "not-a-prefix"},
+		}}},
+	})
 	// The id stays as HNS wrote it: HNS queries take it back.
-	want := Network{ID: "NET-ID", Name: "vxlan0", Type: NetworkOverlay, RemoteSubnets: []RemoteSubnet{{netip.MustParsePrefix("10.244.2.0/24"), ip("192.168.0.12")}}}
+	want := Network{ID: "NET-ID", Name: "vxlan0", Type: NetworkOverlay, RemoteSubnets: []RemoteSubnet{{netip.MustParsePrefix("10.244.2.0/24"), ip("192.168.0.12")}},
+		Subnets: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}}
 	if err != nil || !reflect.DeepEqual(nw, want) {
 		t.Fatalf("network %+v %v", nw, err)
 	}

@@ -3,9 +3,13 @@ package hns
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,6 +25,10 @@ type IPAM interface {
 	Reserve(ctx context.Context, subnet netip.Prefix) (netip.Addr, error)
 	// Release gives crossproxy's reservation in subnet back.
 	Release(ctx context.Context, subnet netip.Prefix) error
+	// Holds reports whether the plugin's store still holds a for
+	// crossproxy: a store wiped since the reservation (a node reinstalled,
+	// the data directory cleared) would hand the address to a pod.
+	Holds(ctx context.Context, subnet netip.Prefix, a netip.Addr) (bool, error)
 }
 
 // sourceVIPContainerID is the container id crossproxy's reservation is held
@@ -46,13 +54,26 @@ type CNIIPAM struct {
 	Network string
 	// DataDir is host-local's dataDir; empty: the plugin's default.
 	DataDir string
+	// CNIVersion is the version the node's CNI configuration speaks: used
+	// when the plugin supports it, else the newest both sides know.
+	CNIVersion string
 	// Timeout bounds one plugin run (30 s if 0).
 	Timeout time.Duration
 }
 
+// hostLocalDataDir is host-local's default dataDir
+// (containernetworking/plugins plugins/ipam/host-local/backend/disk), which
+// on Windows lies on the current drive (C:\var\lib\cni\networks).
+const hostLocalDataDir = "/var/lib/cni/networks"
+
+// spokenVersions are the CNI versions crossproxy can read a result of,
+// newest first: host-local of plugins v0.8 speaks at most 0.4.0, earlier
+// ones 0.3.1 or 0.2.0 (as sig-windows-tools' flannel configuration does).
+var spokenVersions = []string{"1.1.0", "1.0.0", "0.4.0", "0.3.1", "0.3.0", "0.2.0"}
+
 // netconf is the network configuration the plugin reads on stdin: only the
 // ipam section matters to an IPAM plugin called directly.
-func (c CNIIPAM) netconf(subnet netip.Prefix) ([]byte, error) {
+func (c CNIIPAM) netconf(subnet netip.Prefix, version string) ([]byte, error) {
 	type rangeEntry struct {
 		Subnet string `json:"subnet"`
 	}
@@ -63,7 +84,7 @@ func (c CNIIPAM) netconf(subnet netip.Prefix) ([]byte, error) {
 	if c.DataDir != "" {
 		ipam["dataDir"] = c.DataDir
 	}
-	return json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": c.Network, "ipam": ipam})
+	return json.Marshal(map[string]any{"cniVersion": version, "name": c.Network, "ipam": ipam})
 }
 
 func (c CNIIPAM) plugin() string {
@@ -78,13 +99,13 @@ func (c CNIIPAM) run(ctx context.Context, command string, subnet netip.Prefix, r
 	if c.Network == "" {
 		return nil, fmt.Errorf("%s %s: %w: no CNI network name", c.plugin(), command, ErrInvalid)
 	}
+	if c.plugin() != defaultIPAMPlugin {
+		return nil, fmt.Errorf("%w: the CNI configuration gives the pods IPAM %q, and crossproxy reserves a source VIP only through host-local: "+
+			"give the source VIP with --source-vip, the config file's winkernel.sourceVip or the Node annotation %s", ErrInvalid, c.plugin(), SourceVIPAnnotation)
+	}
 	path, err := invoke.FindInPath(c.plugin(), c.BinDirs)
 	if err != nil {
 		return nil, fmt.Errorf("find the IPAM plugin %q in %v: %w", c.plugin(), c.BinDirs, err)
-	}
-	conf, err := c.netconf(subnet)
-	if err != nil {
-		return nil, fmt.Errorf("IPAM network configuration: %w", err)
 	}
 	timeout := c.Timeout
 	if timeout <= 0 {
@@ -92,6 +113,14 @@ func (c CNIIPAM) run(ctx context.Context, command string, subnet netip.Prefix, r
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	version, err := c.version(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	conf, err := c.netconf(subnet, version)
+	if err != nil {
+		return nil, fmt.Errorf("IPAM network configuration: %w", err)
+	}
 	// The plugin needs no network namespace; CNI requires the variable for ADD.
 	args := &invoke.Args{Command: command, ContainerID: sourceVIPContainerID, NetNS: "none", IfName: "eth0", Path: joinPaths(c.BinDirs)}
 	if !result {
@@ -109,6 +138,46 @@ func (c CNIIPAM) run(ctx context.Context, command string, subnet netip.Prefix, r
 		return nil, fmt.Errorf("%s %s: read its result: %w", c.plugin(), command, err)
 	}
 	return res, nil
+}
+
+// version asks the plugin which CNI versions it speaks (the VERSION
+// command) and picks the configuration's when the plugin has it, else the
+// newest both sides know.
+func (c CNIIPAM) version(ctx context.Context, path string) (string, error) {
+	info, err := invoke.GetVersionInfo(ctx, path, nil)
+	if err != nil {
+		return "", fmt.Errorf("%s VERSION: %w", c.plugin(), err)
+	}
+	supported := info.SupportedVersions()
+	if c.CNIVersion != "" && slices.Contains(supported, c.CNIVersion) && slices.Contains(spokenVersions, c.CNIVersion) {
+		return c.CNIVersion, nil
+	}
+	for _, v := range spokenVersions {
+		if slices.Contains(supported, v) {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("%s speaks CNI %v, crossproxy %v: %w", c.plugin(), supported, spokenVersions, ErrInvalid)
+}
+
+// Holds implements IPAM from host-local's store: one file per address in
+// dataDir/<network>, holding the container id on its first line
+// (containernetworking/plugins plugins/ipam/host-local/backend/disk). A
+// missing file is no error: the store no longer holds it.
+func (c CNIIPAM) Holds(_ context.Context, _ netip.Prefix, a netip.Addr) (bool, error) {
+	dir := c.DataDir
+	if dir == "" {
+		dir = hostLocalDataDir
+	}
+	b, err := os.ReadFile(filepath.Join(dir, c.Network, a.String()))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read host-local's store: %w", err)
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimSpace(first) == sourceVIPContainerID, nil
 }
 
 // Reserve implements IPAM. host-local refuses a second ADD for one

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -19,75 +20,187 @@ import (
 // an IPAM reservation, and loses to the flag and the config file.
 const SourceVIPAnnotation = "crossproxy.io/source-vip"
 
-// calicoSourceVIPEndpoint is the local endpoint Calico's Windows install
-// makes for the node; its address serves as the source VIP there.
+// calicoSourceVIPEndpoint is the host endpoint calico-node makes on its
+// VXLAN network "Calico"; Calico's own kube-proxy start script
+// (projectcalico/calico node/windows-packaging/CalicoWindows/kubernetes/
+// kube-proxy-service.ps1) waits for it and passes its address as
+// --source-vip. Its address comes from Calico's IP block, which calico-ipam
+// keeps from pods.
 const calicoSourceVIPEndpoint = "Calico_ep"
 
-// chooseSourceVIP settles this node's overlay source VIP, in this order:
+// calicoNetworkName is the HNS network Calico's Windows install makes.
+const calicoNetworkName = "Calico"
+
+// defaultCalicoWait bounds how long an overlay node on Calico's network
+// waits for calico-node's Calico_ep before reserving a source VIP itself:
+// calico-node makes it at start, so minutes mean it is not coming.
+const defaultCalicoWait = 2 * time.Minute
+
+// errWaitingForCalico fails a sync while Calico_ep is awaited: nothing is
+// programmed (an overlay load balancer needs its source VIP) and the runner
+// retries.
+var errWaitingForCalico = errors.New("waiting for Calico's host endpoint")
+
+// chooseSourceVIP settles this node's overlay source VIP within the
+// network's own subnets (Network.Subnets; the Node's spec.podCIDRs only when
+// HNS reports none), in this order:
 //  1. the explicit one (flag, config file, Node annotation), which must lie
-//     in the node's pod CIDR when the Node has one;
-//  2. the one chosen before by this process;
-//  3. a source-VIP endpoint already on the network in the pod CIDR:
+//     in those subnets;
+//  2. on Calico's network, calico-node's Calico_ep once it exists, even
+//     over an address chosen before it appeared;
+//  3. the one chosen before by this process;
+//  4. a source-VIP endpoint already on the network in those subnets:
 //     crossproxy's, kube-proxy's (a local endpoint with the host's MAC) or
-//     Calico's Calico_ep, so a restart or a move from kube-proxy keeps it;
-//  4. the reservation recorded in the ledger (a restart whose endpoint is gone);
-//  5. a new reservation from the pod CIDR through the network's IPAM plugin,
-//     recorded in the ledger so cleanup releases it.
+//     Calico's, so a restart or a move from kube-proxy keeps it;
+//  5. on Calico's network, nothing until Calico_ep appears or CalicoWait has
+//     passed (the sync fails with errWaitingForCalico meanwhile);
+//  6. the reservation recorded in the ledger (a restart whose endpoint is gone);
+//  7. a new reservation from those subnets through the network's IPAM
+//     plugin, recorded in the ledger so cleanup releases it.
 //
 // It logs the address and the path that chose it whenever that changes.
 func (b *Backend) chooseSourceVIP(ctx context.Context, state *core.NodeState, nodeIP netip.Addr) error {
-	var cidrs []netip.Prefix
-	for _, p := range state.Node.PodCIDRs {
-		if p.Addr().Is4() == nodeIP.Is4() {
-			cidrs = append(cidrs, p)
-		}
-	}
-	inPodCIDR := func(a netip.Addr) bool {
+	cidrs, where := b.vipSubnets(state, nodeIP)
+	inSubnets := func(a netip.Addr) bool {
 		return len(cidrs) == 0 || slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Contains(a) })
 	}
+	calico, haveCalico := b.calicoEndpoint(inSubnets)
 	vip, from := netip.Addr{}, ""
 	switch {
 	case b.cfg.SourceVIP.IsValid():
 		origin := cmp.Or(b.cfg.SourceVIPOrigin, "configuration")
-		if !inPodCIDR(b.cfg.SourceVIP) {
-			return fmt.Errorf("%w: the source VIP %s (%s) is outside the pod CIDR %s of Node %s: HNS would source-NAT to an address "+
-				"the node's pods are not reached on; give an address of the node's own pod subnet", ErrInvalid, b.cfg.SourceVIP, origin, prefixes(cidrs), state.Node.Name)
+		if !inSubnets(b.cfg.SourceVIP) {
+			return fmt.Errorf("%w: the source VIP %s (%s) is outside the %s: HNS would source-NAT to an address "+
+				"the node's pods are not reached on; give an address of the node's own pod subnet", ErrInvalid, b.cfg.SourceVIP, origin, where.at(prefixes(cidrs)))
 		}
 		vip, from = b.cfg.SourceVIP, origin
-	case b.sourceVIP.IsValid() && inPodCIDR(b.sourceVIP):
+	case haveCalico:
+		vip, from = calico.IP, fmt.Sprintf("the existing HNS endpoint %q (calico-node's)", calico.Name)
+	case b.sourceVIP.IsValid() && inSubnets(b.sourceVIP):
 		vip, from = b.sourceVIP, b.sourceVIPFrom
 	default:
-		if ep, ok := b.existingSourceVIPEndpoint(inPodCIDR); ok {
+		if ep, ok := b.existingSourceVIPEndpoint(inSubnets); ok {
 			vip, from = ep.IP, fmt.Sprintf("the existing HNS endpoint %q", ep.Name)
 			if ep.Name == "" {
 				from = "the existing HNS endpoint with the host's MAC (kube-proxy's source-VIP endpoint)"
 			}
 			break
 		}
+		if err := b.awaitCalico(); err != nil {
+			return err
+		}
 		var err error
-		if vip, from, err = b.reserveSourceVIP(ctx, state, cidrs); err != nil {
+		if vip, from, err = b.reserveSourceVIP(ctx, state, cidrs, where); err != nil {
 			return err
 		}
 	}
 	if vip != b.sourceVIP || from != b.sourceVIPFrom {
-		b.log.WithFields(logrus.Fields{"sourceVIP": vip, "chosenBy": from}).Info("overlay source VIP chosen")
+		b.log.WithFields(logrus.Fields{"sourceVIP": vip, "chosenBy": from, "subnets": where.at(prefixes(cidrs))}).Info("overlay source VIP chosen")
 	}
 	b.sourceVIP, b.sourceVIPFrom = vip, from
 	return nil
 }
 
+// subnetSource names whose subnets a source VIP was checked against, for
+// errors and logs: "pod CIDR 10.244.1.0/24 of Node win-1".
+type subnetSource struct{ kind, owner string }
+
+func (s subnetSource) at(prefixes string) string { return s.kind + " " + prefixes + " of " + s.owner }
+
+// vipSubnets are the subnets of the node address's family a source VIP must
+// lie in, and where they come from: the HNS network's own (its IPAM
+// configuration), else the Node's spec.podCIDRs. With calico-ipam the
+// network's subnet is Calico's IP block, outside the Node's pod CIDR.
+func (b *Backend) vipSubnets(state *core.NodeState, nodeIP netip.Addr) ([]netip.Prefix, subnetSource) {
+	var cidrs []netip.Prefix
+	for _, p := range b.network.Subnets {
+		if p.Addr().Is4() == nodeIP.Is4() {
+			cidrs = append(cidrs, p)
+		}
+	}
+	if len(cidrs) > 0 {
+		return cidrs, subnetSource{"subnet", fmt.Sprintf("HNS network %q", b.network.Name)}
+	}
+	for _, p := range state.Node.PodCIDRs {
+		if p.Addr().Is4() == nodeIP.Is4() {
+			cidrs = append(cidrs, p)
+		}
+	}
+	return cidrs, subnetSource{"pod CIDR", "Node " + state.Node.Name}
+}
+
+// isCalico reports whether the network is Calico's: named as Calico's
+// Windows install names it, or carrying its host endpoint's name.
+func (b *Backend) isCalico() bool {
+	if strings.EqualFold(b.network.Name, calicoNetworkName) {
+		return true
+	}
+	for _, ep := range b.byIP {
+		if !ep.Remote && isCalicoEndpointName(ep.Name, b.network.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+// isCalicoEndpointName recognises calico-node's host endpoint: "Calico_ep",
+// or "<network>_ep" on a Calico network given another name.
+func isCalicoEndpointName(name, network string) bool {
+	return strings.EqualFold(name, calicoSourceVIPEndpoint) || (network != "" && strings.EqualFold(name, network+"_ep"))
+}
+
+// calicoEndpoint finds calico-node's host endpoint within the subnets.
+func (b *Backend) calicoEndpoint(inSubnets func(netip.Addr) bool) (Endpoint, bool) {
+	var found []Endpoint
+	for _, ep := range b.byIP {
+		if !ep.Remote && isCalicoEndpointName(ep.Name, b.network.Name) && inSubnets(ep.IP) {
+			found = append(found, ep)
+		}
+	}
+	if len(found) == 0 {
+		return Endpoint{}, false
+	}
+	slices.SortFunc(found, func(x, y Endpoint) int { return x.IP.Compare(y.IP) })
+	return found[0], true
+}
+
+// awaitCalico holds a source-VIP reservation back on Calico's network until
+// Calico_ep appears or CalicoWait has passed since the first sync that
+// looked for it, logging the start and the end of the wait once each.
+func (b *Backend) awaitCalico() error {
+	if !b.isCalico() {
+		return nil
+	}
+	now := b.now()
+	if b.calicoWaitFrom.IsZero() {
+		b.calicoWaitFrom = now
+		b.log.WithFields(logrus.Fields{"network": b.network.Name, "endpoint": calicoSourceVIPEndpoint, "wait": b.cfg.CalicoWait.String()}).
+			Info("Calico network without calico-node's host endpoint yet: waiting for it before reserving a source VIP")
+	}
+	if waited := now.Sub(b.calicoWaitFrom); waited < b.cfg.CalicoWait {
+		return fmt.Errorf("%w %q on network %q (%s of %s; calico-node makes it at start): %w", errWaitingForCalico, calicoSourceVIPEndpoint,
+			b.network.Name, waited.Round(time.Second), b.cfg.CalicoWait, ErrNotFound)
+	}
+	if !b.calicoGaveUp {
+		b.calicoGaveUp = true
+		b.log.WithFields(logrus.Fields{"network": b.network.Name, "endpoint": calicoSourceVIPEndpoint, "waited": b.cfg.CalicoWait.String()}).
+			Warn("calico-node's host endpoint did not appear: reserving a source VIP through the IPAM plugin; Calico_ep is used once it appears")
+	}
+	return nil
+}
+
 // existingSourceVIPEndpoint finds a source-VIP endpoint some proxy already
-// made on the network: a local endpoint in the pod CIDR named as crossproxy's
+// made on the network: a local endpoint in the subnets named as crossproxy's
 // or Calico's, or carrying the host's MAC (kube-proxy's has no name; the
 // CNI's pod endpoints never have the host's MAC). crossproxy's wins, then the
 // lowest address.
-func (b *Backend) existingSourceVIPEndpoint(inPodCIDR func(netip.Addr) bool) (Endpoint, bool) {
+func (b *Backend) existingSourceVIPEndpoint(inSubnets func(netip.Addr) bool) (Endpoint, bool) {
 	var found []Endpoint
 	for _, ep := range b.byIP {
-		if ep.Remote || !inPodCIDR(ep.IP) {
+		if ep.Remote || !inSubnets(ep.IP) {
 			continue
 		}
-		if ep.Name == sourceVIPEndpointName || ep.Name == calicoSourceVIPEndpoint || (b.hostMAC != "" && sameMAC(ep.MAC, b.hostMAC)) {
+		if ep.Name == sourceVIPEndpointName || isCalicoEndpointName(ep.Name, b.network.Name) || (b.hostMAC != "" && sameMAC(ep.MAC, b.hostMAC)) {
 			found = append(found, ep)
 		}
 	}
@@ -107,34 +220,48 @@ func (b *Backend) existingSourceVIPEndpoint(inPodCIDR func(netip.Addr) bool) (En
 }
 
 // reserveSourceVIP takes the ledger's reservation or makes one through the
-// IPAM plugin from the node's pod CIDR of the node address's family.
-func (b *Backend) reserveSourceVIP(ctx context.Context, state *core.NodeState, cidrs []netip.Prefix) (netip.Addr, string, error) {
+// IPAM plugin from the first subnet of the node address's family (where
+// says whose subnets they are).
+func (b *Backend) reserveSourceVIP(ctx context.Context, state *core.NodeState, cidrs []netip.Prefix, where subnetSource) (netip.Addr, string, error) {
 	if len(cidrs) == 0 {
 		return netip.Addr{}, "", fmt.Errorf("%w: no source VIP (flag --source-vip), none in the config file (winkernel.sourceVip) or the Node annotation %s, "+
-			"no source-VIP endpoint on the network, and Node %s has no spec.podCIDRs of its address family to reserve one from", ErrInvalid, SourceVIPAnnotation, state.Node.Name)
+			"no source-VIP endpoint on the network, HNS network %q reports no subnet, and Node %s has no spec.podCIDRs of its address family to reserve one from",
+			ErrInvalid, SourceVIPAnnotation, b.network.Name, state.Node.Name)
 	}
 	if r := b.ledger.SourceVIP; r != nil && slices.Contains(cidrs, r.Subnet) && r.Subnet.Contains(r.Address) {
-		return r.Address, fmt.Sprintf("the reservation recorded in the ledger (pod CIDR %s)", r.Subnet), nil
+		held, err := true, error(nil)
+		if ipam := b.ipam(r); ipam != nil {
+			held, err = ipam.Holds(ctx, r.Subnet, r.Address)
+		}
+		switch {
+		case err != nil:
+			return netip.Addr{}, "", fmt.Errorf("check that the IPAM store still holds the source VIP %s: %w", r.Address, err)
+		case held:
+			return r.Address, fmt.Sprintf("the reservation recorded in the ledger (subnet %s), still held by the IPAM store", r.Subnet), nil
+		}
+		// The store was wiped since: the address may be a pod's now.
+		b.log.WithFields(logrus.Fields{"sourceVIP": r.Address, "subnet": r.Subnet}).Warn("the IPAM store no longer holds the source VIP reserved before (wiped?): reserving anew")
+		b.ledger.SourceVIP = nil
 	}
 	ipam := b.ipam(nil)
 	if ipam == nil {
 		return netip.Addr{}, "", fmt.Errorf("%w: no source VIP (flag --source-vip), none in the config file (winkernel.sourceVip) or the Node annotation %s, "+
-			"no source-VIP endpoint on the network, and no IPAM plugin to reserve one from pod CIDR %s", ErrInvalid, SourceVIPAnnotation, cidrs[0])
+			"no source-VIP endpoint on the network, and no IPAM plugin to reserve one from %s", ErrInvalid, SourceVIPAnnotation, where.at(cidrs[0].String()))
 	}
 	if old := b.ledger.SourceVIP; old != nil {
-		// The Node's pod CIDR changed: give the old reservation back first.
+		// The subnet changed: give the old reservation back first.
 		if err := b.ipam(old).Release(ctx, old.Subnet); err != nil {
-			b.log.WithError(err).WithField("subnet", old.Subnet).Warn("release the source VIP reserved in a former pod CIDR")
+			b.log.WithError(err).WithField("subnet", old.Subnet).Warn("release the source VIP reserved in a former subnet")
 		}
 		b.ledger.SourceVIP = nil
 	}
 	subnet := cidrs[0]
 	a, err := ipam.Reserve(ctx, subnet)
 	if err != nil {
-		return netip.Addr{}, "", fmt.Errorf("reserve a source VIP from pod CIDR %s through the IPAM plugin: %w", subnet, err)
+		return netip.Addr{}, "", fmt.Errorf("reserve a source VIP from %s through the IPAM plugin: %w", where.at(subnet.String()), err)
 	}
 	if !subnet.Contains(a) {
-		return netip.Addr{}, "", errors.Join(fmt.Errorf("%w: the IPAM plugin reserved %s, outside pod CIDR %s", ErrInvalid, a, subnet), ipam.Release(ctx, subnet))
+		return netip.Addr{}, "", errors.Join(fmt.Errorf("%w: the IPAM plugin reserved %s, outside %s", ErrInvalid, a, subnet), ipam.Release(ctx, subnet))
 	}
 	r := &reservation{Address: a, Subnet: subnet}
 	if c, ok := ipam.(CNIIPAM); ok {
@@ -144,7 +271,7 @@ func (b *Backend) reserveSourceVIP(ctx context.Context, state *core.NodeState, c
 	if err := b.writeLedger(); err != nil {
 		return netip.Addr{}, "", errors.Join(err, ipam.Release(ctx, subnet))
 	}
-	return a, fmt.Sprintf("a new reservation from pod CIDR %s through the IPAM plugin", subnet), nil
+	return a, fmt.Sprintf("a new reservation from %s through the IPAM plugin", where.at(subnet.String())), nil
 }
 
 // releaseSourceVIP gives the ledger's reservation back (cleanup).

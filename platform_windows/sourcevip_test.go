@@ -53,6 +53,15 @@ func (f *fakeIPAM) Release(_ context.Context, subnet netip.Prefix) error {
 	return nil
 }
 
+func (f *fakeIPAM) Holds(_ context.Context, subnet netip.Prefix, a netip.Addr) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return false, f.fail
+	}
+	return f.held[subnet] == a, nil
+}
+
 var podCIDR = netip.MustParsePrefix("10.244.1.0/24")
 
 // vipState is one overlay Service with a local and a remote pod on a Node
@@ -86,6 +95,17 @@ func lbSourceVIPs(f *Fake) string {
 		}
 	}
 	return strings.Join(out, ",")
+}
+
+// noOwnSourceVIPEndpoint fails the test if crossproxy made a source-VIP
+// endpoint of its own beside the one it should have reused.
+func noOwnSourceVIPEndpoint(t *testing.T, f *Fake) {
+	t.Helper()
+	for _, e := range f.Endpoints() {
+		if e.Name == sourceVIPEndpointName {
+			t.Fatalf("crossproxy made its own source-VIP endpoint beside the existing one: %+v", e)
+		}
+	}
 }
 
 func sourceVIPNote(t *testing.T, b *Backend) string {
@@ -127,7 +147,7 @@ func TestSourceVIPReservedFromPodCIDR(t *testing.T) {
 	if d, _ := ledger.Load(); d.SourceVIP == nil || d.SourceVIP.Address != ip("10.244.1.2") || d.SourceVIP.Subnet != podCIDR {
 		t.Fatalf("ledger reservation %+v", d.SourceVIP)
 	}
-	if n := sourceVIPNote(t, b); !strings.Contains(n, "10.244.1.2, chosen by a new reservation from pod CIDR 10.244.1.0/24 through the IPAM plugin") {
+	if n := sourceVIPNote(t, b); !strings.Contains(n, "10.244.1.2, chosen by a new reservation from pod CIDR 10.244.1.0/24 of Node win-1 through the IPAM plugin") {
 		t.Fatalf("explain note %q", n)
 	}
 	if err := b.Sync(ctx, vipState(), partial()); err != nil || ipam.reserves != 1 {
@@ -178,11 +198,7 @@ func TestSourceVIPExistingEndpoint(t *testing.T) {
 			if got := lbSourceVIPs(f); got != "10.244.1.9" || ipam.reserves != 0 {
 				t.Fatalf("source VIP %q, %d reservations; want the existing endpoint's 10.244.1.9, none", got, ipam.reserves)
 			}
-			for _, e := range f.Endpoints() {
-				if e.Name == sourceVIPEndpointName {
-					t.Fatalf("a second source-VIP endpoint was created: %+v", e)
-				}
-			}
+			noOwnSourceVIPEndpoint(t, f)
 		})
 	}
 	f := NewFake(overlay, AllFeatures())
@@ -218,7 +234,7 @@ func TestSourceVIPBadInput(t *testing.T) {
 		{"explicit outside the pod CIDR", ip("10.244.9.2"), nil, vipState(), "the source VIP 10.244.9.2 (flag --source-vip) is outside the pod CIDR 10.244.1.0/24 of Node win-1"},
 		{"Node without podCIDRs", netip.Addr{}, nil, noCIDR, "Node win-1 has no spec.podCIDRs"},
 		{"IPAM plugin fails", netip.Addr{}, errors.New("host-local: no IP addresses available in range set"), vipState(),
-			"reserve a source VIP from pod CIDR 10.244.1.0/24 through the IPAM plugin: host-local: no IP addresses available in range set"},
+			"reserve a source VIP from pod CIDR 10.244.1.0/24 of Node win-1 through the IPAM plugin: host-local: no IP addresses available in range set"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			// An earlier run programmed another Service with the source VIP 10.244.1.2.

@@ -154,6 +154,13 @@ type Network struct {
 	Name          string
 	Type          NetworkType
 	RemoteSubnets []RemoteSubnet
+	// Subnets are the network's own address ranges, as its IPAM
+	// configuration reports them (hcsshim hcn.HostComputeNetwork.Ipams[].
+	// Subnets[].IpAddressPrefix): the node's pod subnet for flannel's
+	// vxlan0 and cbr0, Calico's IP block for its "Calico" network, which
+	// usually lies outside the Node's spec.podCIDRs. The source VIP is
+	// checked and reserved within them.
+	Subnets []netip.Prefix
 }
 
 // isOverlay reports whether the network is an overlay (VXLAN) network. HNS
@@ -205,6 +212,9 @@ func AllFeatures() Features {
 type HNS interface {
 	Features(ctx context.Context) (Features, error)
 	GetNetwork(ctx context.Context, name string) (Network, error)
+	// ListNetworks lists the node's networks (finding the network when
+	// none is named).
+	ListNetworks(ctx context.Context) ([]Network, error)
 	ListEndpoints(ctx context.Context, networkID string) ([]Endpoint, error)
 	CreateRemoteEndpoint(ctx context.Context, networkID string, ep Endpoint) (Endpoint, error)
 	// CreateLocalEndpoint creates an endpoint on this host (the overlay source

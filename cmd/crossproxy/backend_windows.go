@@ -42,14 +42,11 @@ func newBackend(cfg platform.BackendConfig, log logrus.FieldLogger) (platform.Ba
 	h, ledger := nodeHNS()
 	c := hns.Config{NetworkName: cfg.NetworkName, EnableDSR: cfg.EnableDSR, Ledger: hns.FileLedger{Path: filepath.Join(dataDir(), ledger)}, Notifier: cfg.Notifier,
 		ForwardHealthCheckVIP: cfg.ForwardHealthCheckVIP, RootEndpointName: cfg.RootHNSEndpointName, HealthzPort: cfg.HealthzPort,
-		Repairs: cfg.Repairs, DriftCheckPeriod: cfg.DriftCheckPeriod, SourceVIPOrigin: cfg.SourceVIPOrigin}
-	// An overlay node without a source VIP reserves one from its pod CIDR
-	// through the network's host-local, as the CNI does for pods.
-	ipam := hns.CNIIPAM{BinDirs: []string{`C:\opt\cni\bin`, `C:\Program Files\containerd\cni\bin`}, Network: cfg.CNINetwork, DataDir: cfg.CNIDataDir}
-	if cfg.CNIBinDir != "" {
-		ipam.BinDirs = []string{cfg.CNIBinDir}
-	}
-	c.IPAM = ipam // no CNI network name: the backend takes the HNS network's
+		Repairs: cfg.Repairs, SourceVIPOrigin: cfg.SourceVIPOrigin}
+	// The CNI configuration names the network when no flag does, and an
+	// overlay node without a source VIP reserves one through the pods' IPAM
+	// (host-local), as the CNI does for pods.
+	c.CNI, c.IPAM = nodeCNI(cfg, os.Getenv("CNI_PATH"), log)
 	if cfg.SourceVIP != "" {
 		a, err := netip.ParseAddr(cfg.SourceVIP)
 		if err != nil {

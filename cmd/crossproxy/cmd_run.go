@@ -150,7 +150,6 @@ func (ro *runOptions) run(ctx context.Context) error {
 	// The backend counts drift it repairs in the metrics served later.
 	ro.kube.metrics = metrics.New()
 	ro.backend.Repairs = ro.kube.metrics
-	ro.backend.DriftCheckPeriod = ro.runner.SyncPeriod
 	backend, err = newBackend(ro.backend, log)
 	if err != nil {
 		return fmt.Errorf("start backend: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"time"
@@ -26,12 +27,14 @@ func addHNSRunFlags(f *pflag.FlagSet, b *platform.BackendConfig) {
 		"Windows: forward the health-check port of each LoadBalancer ingress IP to the host (kube-proxy's flag), for cloud load balancers that probe the VIP")
 	f.StringVar(&b.RootHNSEndpointName, "root-hnsendpoint-name", "",
 		"Windows: the host's HNS endpoint the forwarded health checks go to (default cbr0, as kube-proxy)")
+	f.StringVar(&b.CNIConfDir, "cni-conf-dir", "",
+		`Windows: where the node's CNI configuration is, which names the HNS network and its IPAM (default: C:\etc\cni\net.d, C:\Program Files\containerd\cni\conf, C:\k\cni\config)`)
 	f.StringVar(&b.CNIBinDir, "cni-bin-dir", "",
-		`Windows, overlay without a source VIP: where the IPAM plugin host-local is (default C:\opt\cni\bin, then containerd's C:\Program Files\containerd\cni\bin)`)
+		`Windows, overlay without a source VIP: where the IPAM plugin host-local is (default: CNI_PATH, C:\opt\cni\bin, C:\Program Files\containerd\cni\bin, C:\k\cni)`)
 	f.StringVar(&b.CNINetwork, "cni-network", "",
-		"Windows, overlay without a source VIP: the CNI network name the pods' host-local reservations are kept under (default: the HNS network's name)")
+		"Windows, overlay without a source VIP: the CNI network name the pods' host-local reservations are kept under (default: the CNI configuration's, else the HNS network's name)")
 	f.StringVar(&b.CNIDataDir, "cni-ipam-data-dir", "",
-		"Windows, overlay without a source VIP: host-local's dataDir, as the CNI configuration gives it (default: host-local's own)")
+		"Windows, overlay without a source VIP: host-local's dataDir (default: the CNI configuration's, else host-local's own)")
 }
 
 // nodeSourceVIP takes this node's source VIP from its Node annotation
@@ -80,7 +83,7 @@ func mergeHNSFlags(changed func(string) bool, cfg *config.Config, flags platform
 	if changed("root-hnsendpoint-name") {
 		cfg.Backend.RootHNSEndpointName = flags.RootHNSEndpointName
 	}
-	cfg.Backend.CNIBinDir, cfg.Backend.CNINetwork, cfg.Backend.CNIDataDir = flags.CNIBinDir, flags.CNINetwork, flags.CNIDataDir
+	cfg.Backend.CNIConfDir, cfg.Backend.CNIBinDir, cfg.Backend.CNINetwork, cfg.Backend.CNIDataDir = flags.CNIConfDir, flags.CNIBinDir, flags.CNINetwork, flags.CNIDataDir
 	cfg.Backend.HealthzPort = 0
 	if _, p, err := net.SplitHostPort(cfg.HealthzBindAddress); err == nil {
 		if n, err := strconv.ParseUint(p, 10, 16); err == nil {
@@ -93,4 +96,38 @@ func mergeHNSFlags(changed func(string) bool, cfg *config.Config, flags platform
 	case cfg.Backend.SourceVIP != "":
 		cfg.Backend.SourceVIPOrigin = "config file"
 	}
+}
+
+// nodeCNI reads the node's CNI configuration (--cni-conf-dir, else the
+// usual directories) and makes the IPAM the source VIP is reserved through:
+// the configuration's plugin, name and dataDir, each overridden by its flag,
+// found in --cni-bin-dir, else CNI_PATH and the usual bin directories. No
+// configuration is no error: the network is then found in HNS, and the IPAM
+// takes the HNS network's name.
+func nodeCNI(b platform.BackendConfig, cniPath string, log logrus.FieldLogger) (*hns.CNIConfig, hns.CNIIPAM) {
+	dirs := hns.CNIConfDirs
+	if b.CNIConfDir != "" {
+		dirs = []string{b.CNIConfDir}
+	}
+	conf, err := hns.ReadCNIConfig(dirs)
+	ipam := hns.CNIIPAM{}
+	if err != nil {
+		log.WithError(err).Info("no CNI configuration read: the HNS network is found in HNS, host-local takes its name")
+	} else {
+		log.WithField("cni", conf.String()).Info("CNI configuration read")
+		ipam = conf.IPAM(nil)
+	}
+	switch {
+	case b.CNIBinDir != "":
+		ipam.BinDirs = []string{b.CNIBinDir}
+	default:
+		ipam.BinDirs = append(filepath.SplitList(cniPath), hns.CNIBinDirs...)
+	}
+	if b.CNINetwork != "" {
+		ipam.Network = b.CNINetwork
+	}
+	if b.CNIDataDir != "" {
+		ipam.DataDir = b.CNIDataDir
+	}
+	return conf, ipam
 }

@@ -2,8 +2,14 @@ package main
 
 import (
 	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 
+	"github.com/sirupsen/logrus"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -52,5 +58,33 @@ func TestMergeHNSFlags(t *testing.T) {
 	mergeHNSFlags(func(f string) bool { return given[f] }, &cfg, platform.BackendConfig{})
 	if cfg.Backend.SourceVIPOrigin != "flag --source-vip" || cfg.Backend.HealthzPort != 0 {
 		t.Fatalf("merged %+v", cfg.Backend)
+	}
+}
+
+// TestNodeCNI: the IPAM comes from the CNI configuration in --cni-conf-dir
+// (name, plugin, dataDir, cniVersion), its plugin looked for in CNI_PATH
+// then the usual directories; each flag overrides what it names; no
+// configuration leaves the network name to the backend.
+func TestNodeCNI(t *testing.T) {
+	dir := t.TempDir()
+	conf := `{"cniVersion": "0.3.1", "name": "overlay0", "plugins": [{"type": "win-overlay", "ipam": {"type": "host-local", "dataDir": "D:\\cni"}}]}`
+	if err := os.WriteFile(filepath.Join(dir, "10-overlay.conflist"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	cniPath := strings.Join([]string{"/cni/a", "/cni/b"}, string(os.PathListSeparator))
+	c, ipam := nodeCNI(platform.BackendConfig{CNIConfDir: dir}, cniPath, log)
+	want := hns.CNIIPAM{Plugin: "host-local", BinDirs: append([]string{"/cni/a", "/cni/b"}, hns.CNIBinDirs...), Network: "overlay0", DataDir: `D:\cni`, CNIVersion: "0.3.1"}
+	if c == nil || c.Name != "overlay0" || !reflect.DeepEqual(ipam, want) {
+		t.Fatalf("from the configuration: %s\n%+v\nwant %+v", c, ipam, want)
+	}
+	_, ipam = nodeCNI(platform.BackendConfig{CNIConfDir: dir, CNIBinDir: "/bin/x", CNINetwork: "n", CNIDataDir: "/d"}, cniPath, log)
+	if ipam.Network != "n" || ipam.DataDir != "/d" || !reflect.DeepEqual(ipam.BinDirs, []string{"/bin/x"}) || ipam.Plugin != "host-local" {
+		t.Fatalf("flags override: %+v", ipam)
+	}
+	c, ipam = nodeCNI(platform.BackendConfig{CNIConfDir: filepath.Join(dir, "missing")}, "", log)
+	if c != nil || ipam.Network != "" || !reflect.DeepEqual(ipam.BinDirs, hns.CNIBinDirs) {
+		t.Fatalf("no configuration: %s %+v", c, ipam)
 	}
 }

@@ -1,0 +1,134 @@
+package hns
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/crossproxy/crossproxy/platform"
+)
+
+var _ platform.ListingDriftChecker = (*Backend)(nil)
+
+// DriftCheckLists implements platform.ListingDriftChecker: HNS has no change
+// notifications, so the check lists, and the runner calls it once per
+// SyncPeriod rather than before every sync.
+func (*Backend) DriftCheckLists() {}
+
+// CheckDrift implements platform.DriftChecker with one read of HNS (3 calls:
+// the network, its endpoints, the load balancers). It names what changed
+// behind crossproxy's back since its last sync: the network recreated under
+// a new id (flannel on restart), crossproxy's load balancers gone or
+// changed, its remote endpoints and the source-VIP endpoint gone, the host
+// endpoint of forwardHealthCheckVip gone, replaced or newly there. The
+// runner makes the next sync full when it names any, and that sync uses
+// this listing instead of reading HNS again.
+func (b *Backend) CheckDrift(ctx context.Context) ([]string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, errClosed
+	}
+	b.listed = nil
+	if !b.synced {
+		return nil, nil // nothing programmed yet: the coming full sync reads everything
+	}
+	l, err := b.list(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("hns: check for drift: %w", err)
+	}
+	counts := map[string]int{}
+	if l.network.ID != b.network.ID {
+		l.drift = append(l.drift, fmt.Sprintf("HNS network %q recreated (id %s, was %s)", l.network.Name, l.network.ID, b.network.ID))
+		counts["network"]++
+	} else {
+		l.drift = append(l.drift, b.driftedEndpoints(l.endpoints, counts)...)
+	}
+	lbs := b.drifted(l.lbs)
+	if len(lbs) > 0 {
+		counts["load balancer"] += len(lbs)
+	}
+	l.drift = append(l.drift, lbs...)
+	if len(l.drift) == 0 {
+		b.noteOthers(l.lbs) // a repair's refresh notes them (adopt)
+		return nil, nil
+	}
+	b.log.WithField("drifted", strings.Join(l.drift, "; ")).Warn("HNS objects changed or gone behind crossproxy's back: repairing them in the next sync")
+	if b.cfg.Repairs != nil {
+		for object, n := range counts {
+			b.cfg.Repairs.Repaired(object, n)
+		}
+	}
+	b.listed = l
+	return l.drift, nil
+}
+
+// driftedEndpoints compares the network's endpoints with those crossproxy
+// relies on: the remote endpoints it made, the overlay source-VIP endpoint,
+// and the host endpoint of forwardHealthCheckVip. counts gets one per
+// object found drifted, but for remote endpoints: the repair counts those it
+// makes again.
+func (b *Backend) driftedEndpoints(eps []Endpoint, counts map[string]int) []string {
+	byID := make(map[string]Endpoint, len(eps))
+	byIP := map[string]bool{}
+	var root Endpoint
+	for _, ep := range eps {
+		byID[strings.ToLower(ep.ID)] = ep
+		byIP[ep.IP.String()] = true
+		if ep.Name == b.cfg.RootEndpointName && !ep.Remote {
+			root = ep
+		}
+	}
+	var out []string
+	for _, ep := range b.byIP {
+		if !ep.Remote || !strings.HasPrefix(ep.Name, remoteEndpointPrefix) {
+			continue
+		}
+		got, ok := byID[strings.ToLower(ep.ID)]
+		switch {
+		case !ok:
+			out = append(out, fmt.Sprintf("remote endpoint %s missing", ep.IP))
+		case got.ProviderAddress != ep.ProviderAddress:
+			out = append(out, fmt.Sprintf("remote endpoint %s changed (provider address %s, was %s)", ep.IP, got.ProviderAddress, ep.ProviderAddress))
+		}
+	}
+	if b.network.isOverlay() && b.sourceVIP.IsValid() && !byIP[b.sourceVIP.String()] {
+		out = append(out, fmt.Sprintf("source-VIP endpoint %s missing", b.sourceVIP))
+		counts["source-VIP endpoint"]++
+	}
+	if b.cfg.ForwardHealthCheckVIP && (root.IP != b.root.IP || !strings.EqualFold(root.ID, b.root.ID)) {
+		switch {
+		case !root.IP.IsValid():
+			out = append(out, fmt.Sprintf("host endpoint %q missing", b.cfg.RootEndpointName))
+		case !b.root.IP.IsValid():
+			out = append(out, fmt.Sprintf("host endpoint %q appeared", b.cfg.RootEndpointName))
+		default:
+			out = append(out, fmt.Sprintf("host endpoint %q replaced (%s, was %s)", b.cfg.RootEndpointName, root.IP, b.root.IP))
+		}
+		counts["host endpoint"]++
+	}
+	sort.Strings(out)
+	return out
+}
+
+// drifted compares HNS' load balancers with what crossproxy owns, by id and
+// content, and names each owned one HNS no longer holds or holds changed.
+func (b *Backend) drifted(lbs []LoadBalancer) []string {
+	byID := make(map[string]LoadBalancer, len(lbs))
+	for _, lb := range lbs {
+		byID[strings.ToLower(lb.ID)] = lb
+	}
+	var out []string
+	for id, o := range b.owned {
+		got, ok := byID[strings.ToLower(id)]
+		switch {
+		case !ok:
+			out = append(out, fmt.Sprintf("%s %s of %s missing", o.Owner.Kind, o.LB.frontend(), o.Owner.Key()))
+		case !sameLB(got, o.LB):
+			out = append(out, fmt.Sprintf("%s %s of %s changed", o.Owner.Kind, o.LB.frontend(), o.Owner.Key()))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
