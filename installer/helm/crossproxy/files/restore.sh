@@ -5,13 +5,14 @@
 # until every kube-proxy pod is Ready. Only then does Helm delete crossproxy's
 # DaemonSets, whose cleanup-on-delete containers remove crossproxy's rules
 # from each node: both proxies program the nodes for a moment, never neither.
-# Without a backup there is nothing to restore: with RESTORE_REQUIRED (the
-# takeover.restore value) that fails the upgrade, otherwise it is said and
-# the uninstall goes on.
+# Without a backup there is nothing to restore: while crossproxy's
+# DaemonSets still run and RESTORE_REQUIRED is set (takeover.restore), that
+# fails the upgrade, which would otherwise leave the nodes with no proxy;
+# otherwise (an uninstall, or after the restore) it is said and Helm goes on.
 set -eu
 log() { echo "restore: $*"; }
 if ! kubectl -n "$XP_NAMESPACE" get configmap "$BACKUP" >/dev/null 2>&1; then
-  if [ -n "${RESTORE_REQUIRED:-}" ]; then
+  if [ -n "${RESTORE_REQUIRED:-}" ] && kubectl -n "$XP_NAMESPACE" get daemonset crossproxy-linux crossproxy-windows >/dev/null 2>&1; then
     log "no ConfigMap $XP_NAMESPACE/$BACKUP: this release never took over from kube-proxy (or restored it already); nothing to bring back, so crossproxy stays"
     exit 1
   fi
