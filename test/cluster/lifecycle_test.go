@@ -120,6 +120,19 @@ func (c *cluster) waitNoTables(what string, timeout time.Duration) time.Duration
 	return time.Since(start)
 }
 
+// waitTables waits until both nodes have crossproxy's table.
+func (c *cluster) waitTables() {
+	c.t.Helper()
+	for _, n := range []string{"xpc-a", "xpc-b"} {
+		c.eventually("crossproxy's table on "+n, 60*time.Second, func() error {
+			if !crossproxyTables(c.t, n) {
+				return fmt.Errorf("none yet")
+			}
+			return nil
+		})
+	}
+}
+
 // installRelease installs the chart with the test image and the given
 // values, waiting for the pods, and returns helm's output (NOTES included).
 func (c *cluster) installRelease(chart string, sets ...string) string {
@@ -233,19 +246,24 @@ func TestReboot(t *testing.T) {
 func TestUninstall(t *testing.T) {
 	c := newCluster(t)
 	chart := c.chartAndImages("XP_IMAGE_ARCHIVE")
-	c.resetCrossproxy()
-	c.installRelease(chart, "apiServer.host=10.201.0.1", "apiServer.port=6443")
-	clusterIP, nodePort := c.echoService()
+	// In make test-cluster this follows TestHelm and takes over its release
+	// (helm install and upgrade under traffic there already ran with the
+	// cleanup-on-delete containers in every pod); alone, it installs one.
+	if rel := c.helm("list", "--namespace", "kube-system", "-q"); !strings.Contains(rel, "crossproxy") {
+		c.resetCrossproxy()
+		c.installRelease(chart, "apiServer.host=10.201.0.1", "apiServer.port=6443")
+	}
+	c.waitTables()
 	// What the uninstall container costs on a node, idle (its request in
 	// values.yaml: 32Mi).
 	for _, m := range cleanupContainerMemory(t) {
 		t.Logf("FIGURE cleanup-on-delete container, idle: %s", m)
 	}
 
-	// A rolling restart (what an upgrade and every other pod stop look like
-	// to the DaemonSet) never removes the rules: the tables are sampled
-	// every 200 ms on both nodes while each pod is replaced, under traffic.
-	tr := c.startTraffic("rolling-restart", clusterIP, "10.201.0.11", nodePort)
+	// A rolling restart (what an upgrade, a drain or an eviction look like
+	// to a pod: stopped while its DaemonSet stays) never removes the rules:
+	// the tables are sampled every 200 ms on both nodes while each pod is
+	// replaced.
 	var missing, samples atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -267,40 +285,33 @@ func TestUninstall(t *testing.T) {
 			}
 		}
 	}()
+	start := time.Now()
 	c.kubectl("-n", "kube-system", "rollout", "restart", "daemonset/crossproxy-linux")
 	c.kubectl("-n", "kube-system", "rollout", "status", "daemonset/crossproxy-linux", "--timeout=4m")
 	close(stop)
 	wg.Wait()
-	tr.stop()
-	t.Logf("FIGURE rolling restart: %d table samples, %d without crossproxy's table", samples.Load(), missing.Load())
+	t.Logf("FIGURE rolling restart (%v): %d table samples, %d without crossproxy's table", time.Since(start).Round(100*time.Millisecond), samples.Load(), missing.Load())
 	if missing.Load() != 0 || samples.Load() < 10 {
 		t.Errorf("a rolling restart removed crossproxy's rules in %d of %d samples", missing.Load(), samples.Load())
 	}
 
 	// helm uninstall: every node clean.
-	start := time.Now()
+	start = time.Now()
 	c.helm("uninstall", "crossproxy", "--namespace", "kube-system", "--wait", "--timeout", "5m")
 	helmTook := time.Since(start)
 	d := c.waitNoTables("helm uninstall", 60*time.Second)
 	t.Logf("FIGURE helm uninstall: %v, then no crossproxy table on either node %v later", helmTook.Round(100*time.Millisecond), d.Round(100*time.Millisecond))
 
 	// The plain manifests: kubectl delete -f (the RBAC first, as the file
-	// lists it) leaves clean nodes too.
+	// lists it, so only the watch opened before can tell the pods) leaves
+	// clean nodes too.
 	manifest := env(t, "XP_MANIFEST")
 	c.deployCrossproxy(manifest, true)
-	for _, n := range []string{"xpc-a", "xpc-b"} {
-		c.eventually("crossproxy's table on "+n, 60*time.Second, func() error {
-			if !crossproxyTables(t, n) {
-				return fmt.Errorf("none yet")
-			}
-			return nil
-		})
-	}
+	c.waitTables()
 	start = time.Now()
 	c.kubectl("delete", "-f", manifest, "--wait=true")
-	d = c.waitNoTables("kubectl delete -f", 60*time.Second)
-	t.Logf("FIGURE kubectl delete -f the Linux manifest: no crossproxy table on either node %v after the delete began", (time.Since(start)).Round(100*time.Millisecond))
-	_ = d
+	c.waitNoTables("kubectl delete -f", 60*time.Second)
+	t.Logf("FIGURE kubectl delete -f the Linux manifest: no crossproxy table on either node %v after the delete began", time.Since(start).Round(100*time.Millisecond))
 }
 
 func TestRestore(t *testing.T) {
