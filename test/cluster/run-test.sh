@@ -51,4 +51,4 @@ XP_MANIFEST="$root/dist/crossproxy-$version-linux.yaml" \
 	XP_HELM="$helm_bin" XP_CHART="$root/installer/helm/crossproxy" \
 	XP_KUBETOOLS_ARCHIVE="$root/$out/kubetools-image.tar" XP_CROSSPROXY_BIN="$root/dist/crossproxy-$version-linux-amd64" \
 	XP_CLUSTERDNS="$root/$out/clusterdns" \
-	GOFLAGS=-mod=mod go test -tags cluster -count=1 -timeout 20m -v -run "${CLUSTER_TEST_RUN:-.}" .
+	GOFLAGS=-mod=mod go test -tags cluster -count=1 -timeout "${CLUSTER_GO_TIMEOUT:-20m}" -v -run "${CLUSTER_TEST_RUN:-.}" .

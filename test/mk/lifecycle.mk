@@ -14,4 +14,4 @@
 test-lifecycle: image manifests cluster-bin
 	XPC_CLUSTER_DNS=10.203.0.10 XPC_NODE_DNS=10.201.0.1 \
 	  CLUSTER_TEST_RUN="$${CLUSTER_TEST_RUN:-TestReboot|TestUninstall|TestRestore}" \
-	  timeout 30m bash test/cluster/run-test.sh '$(VERSION)' '$(IMAGE)'
+	  CLUSTER_GO_TIMEOUT=25m timeout 30m bash test/cluster/run-test.sh '$(VERSION)' '$(IMAGE)'

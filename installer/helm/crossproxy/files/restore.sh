@@ -40,5 +40,11 @@ for file in daemonset-linux.json daemonset-windows.json; do
   fi
   log "kube-proxy $ns/$name Ready"
 done
+# kubeadm's kube-proxy DaemonSet has no readiness probe: Ready means its
+# container started, not that its rules are in place. Its first sync writes
+# them in one transaction, about a second at a few hundred Services; give it
+# SETTLE seconds (takeover.restoreSettleSeconds) before crossproxy's go.
+log "giving kube-proxy ${SETTLE:-15}s for its first sync"
+sleep "${SETTLE:-15}"
 kubectl -n "$XP_NAMESPACE" delete configmap "$BACKUP"
 log "done: kube-proxy is back and Ready; crossproxy's DaemonSets go next, and their pods remove crossproxy's rules"
