@@ -241,6 +241,9 @@ func TestReboot(t *testing.T) {
 		t.Errorf("xpc-b did not serve again after the shipped DaemonSet rolled out (%v)", d)
 	}
 	c.kubectl("-n", "kube-system", "rollout", "status", "daemonset/crossproxy-linux", "--timeout=4m")
+	// Gone while the DNS server that names the API server still runs.
+	c.helm("uninstall", "crossproxy", "--namespace", "kube-system", "--wait", "--timeout", "5m")
+	c.waitNoTables("uninstall after the reboot test", 60*time.Second)
 }
 
 func TestUninstall(t *testing.T) {
@@ -249,7 +252,10 @@ func TestUninstall(t *testing.T) {
 	// In make test-cluster this follows TestHelm and takes over its release
 	// (helm install and upgrade under traffic there already ran with the
 	// cleanup-on-delete containers in every pod); alone, it installs one.
-	if rel := c.helm("list", "--namespace", "kube-system", "-q"); !strings.Contains(rel, "crossproxy") {
+	rel := c.helm("list", "--namespace", "kube-system", "-q")
+	host, _ := sh(context.Background(), "bash", c.script, "kubectl", "-n", "kube-system", "get", "configmap", "crossproxy-linux",
+		"-o", "jsonpath={.data.apiserver-host}")
+	if !strings.Contains(rel, "crossproxy") || host != "10.201.0.1" {
 		c.resetCrossproxy()
 		c.installRelease(chart, "apiServer.host=10.201.0.1", "apiServer.port=6443")
 	}
