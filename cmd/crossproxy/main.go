@@ -23,7 +23,7 @@ func newRootCommand() *cobra.Command {
 		Version:       version,
 	}
 	root.AddCommand(newRunCommand(), newStateCommand(), newRenderCommand(), newExplainCommand(),
-		newCleanupCommand(), newVersionCommand())
+		newCleanupCommand(), newCleanupOnDeleteCommand(), newVersionCommand())
 	root.AddCommand(platformCommands()...)
 	return root
 }

@@ -38,12 +38,25 @@ D="${XPC_DIR:-/var/lib/xpc-cluster}"  # state: certs, etcd, containerd roots, lo
 R="${XPC_RUN:-/run/xpc-cluster}"      # sockets and containerd state
 read -r -a nodes <<<"${XPC_NODES:-a b c}"
 stack=${XPC_STACK:-single}
+# The pods' DNS (issue 37's reboot test): XPC_CLUSTER_DNS is the kubelets'
+# clusterDNS (default 10.201.0.1, where make conformance runs clusterdns;
+# a Service ClusterIP makes name lookups of ClusterFirst pods depend on the
+# proxy, as CoreDNS's does), XPC_NODE_DNS the nameserver of the nodes' own
+# resolv.conf, which dnsPolicy Default and host-network ClusterFirst pods
+# get (default none).
+cluster_dns=${XPC_CLUSTER_DNS:-}
+node_dns=${XPC_NODE_DNS:-}
 # A running cluster is what it was started as, whatever the variables say now.
 if [ "${1:-}" != up ] && [ -f "$D/nodes" ]; then
 	read -r -a nodes <"$D/nodes"
 	stack=$(cat "$D/stack")
+	cluster_dns=$(cat "$D/cluster-dns" 2>/dev/null || true)
+	node_dns=$(cat "$D/node-dns" 2>/dev/null || true)
 fi
 api_ip=10.201.0.1
+# The API server's DNS name (in its certificate), as kubeadm's
+# controlPlaneEndpoint gives one; only a resolver that knows it finds it.
+api_name=api.xpc-cluster.internal
 api_ip6=fd00:201::1
 svc_cidr=10.203.0.0/24
 svc_cidr6=fd00:203::/112
@@ -122,7 +135,7 @@ subjectAltName=$3"
 			-extfile <(echo "$ext") -out "$1.crt" 2>/dev/null
 	}
 	cert apiserver /CN=kube-apiserver \
-		"IP:$api_ip,IP:10.203.0.1,IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+		"IP:$api_ip,IP:10.203.0.1,IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:$api_name"
 	cert admin "/O=system:masters/CN=xpc-admin"
 	for n in "${nodes[@]}"; do cert "node-$n" "/O=system:nodes/CN=system:node:xpc-$n"; done
 	openssl ecparam -name prime256v1 -genkey -noout -out sa.key 2>/dev/null
@@ -301,6 +314,11 @@ node_kubelet() {
 			cat "$c/cpuset.mems" >"$c/xpc-$n/cpuset.mems"
 		fi
 	done
+	local resolv='""'
+	if [ -n "$node_dns" ]; then
+		echo "nameserver $node_dns" >"$nd/resolv.conf"
+		resolv="$nd/resolv.conf"
+	fi
 	cat >"$nd/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -318,11 +336,11 @@ authentication:
   x509: {clientCAFile: "$D/pki/ca.crt"}
 authorization: {mode: AlwaysAllow}
 failSwapOn: false
-resolvConf: ""
+resolvConf: $resolv
 # Pods resolve Service names at 10.201.0.1 in xpc-cp, where make conformance
 # runs clusterdns (reached over the node's default route, not through the
 # proxy under test); without it, names fail and IPs work as before.
-clusterDNS: [$api_ip]
+clusterDNS: [${cluster_dns:-$api_ip}]
 clusterDomain: cluster.local
 podLogsDir: "$nd/pod-logs"
 evictionHard: {memory.available: "50Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
@@ -369,6 +387,8 @@ up() {
 	# What the other scripts (and down) need to know of this cluster.
 	echo "${nodes[*]}" >"$D/nodes"
 	echo "$stack" >"$D/stack"
+	echo "$cluster_dns" >"$D/cluster-dns"
+	echo "$node_dns" >"$D/node-dns"
 	cluster_cidrs >"$D/cluster-cidr"
 	log "pki, network, images"
 	pki
@@ -390,6 +410,30 @@ up() {
 	wait_for 180 "the not-ready taints to go" untainted
 	trap - ERR
 	log "up in $((SECONDS - t0))s ($stack-stack): $(for n in "${nodes[@]}"; do printf 'xpc-%s (zone %s) ' "$n" "$n"; done)Ready; kubectl: $0 kubectl"
+}
+
+# reboot N: node N as a reboot leaves it for crossproxy (issue 37): its
+# kubelet stopped, crossproxy's processes killed without warning, its
+# crossproxy nftables tables gone, then the kubelet started again, which
+# restarts the killed containers. Other pods keep running (their endpoints
+# stay), so what is measured is the proxy's own way back.
+reboot_node() {
+	local n=$1 p tb
+	stop_pid "$D/pids/kubelet-$n"
+	for p in $(pids_of_node "$n"); do
+		if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q '^/usr/local/bin/crossproxy '; then
+			kill -KILL "$p" 2>/dev/null || true
+		fi
+	done
+	for tb in $(in_ns "xpc-$n" nft list tables | awk '$3 ~ /^crossproxy/ {print $2 "/" $3}'); do
+		in_ns "xpc-$n" nft delete table "${tb%/*}" "${tb#*/}"
+	done
+	if in_ns "xpc-$n" nft list tables | grep -q crossproxy; then
+		log "reboot $n: crossproxy tables left"
+		return 1
+	fi
+	node_kubelet "$n"
+	log "reboot $n: crossproxy killed, its tables flushed, kubelet started again"
 }
 
 # pids_of_node N: every process whose cgroup is under the node's cgroupRoot
@@ -505,6 +549,7 @@ load) shift; load "$@" ;;
 kubectl) shift; kubectl_ "$@" ;;
 status) kubectl_ get nodes -o wide && kubectl_ get pods -A -o wide ;;
 nodes) cat "$D/nodes" ;;
+reboot) shift; reboot_node "$1" ;;
 images) images ;;
-*) echo "usage: $0 up|down|load FILE...|kubectl ARGS...|status|nodes" >&2; exit 2 ;;
+*) echo "usage: $0 up|down|load FILE...|kubectl ARGS...|status|nodes|reboot N" >&2; exit 2 ;;
 esac

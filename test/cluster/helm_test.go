@@ -70,6 +70,7 @@ func TestHelm(t *testing.T) {
 	// did not create. The rules stay in the kernel meanwhile.
 	c.kubectl("-n", "kube-system", "delete", "daemonset,configmap,serviceaccount", "-l", "app.kubernetes.io/name=crossproxy", "--ignore-not-found", "--wait=true")
 	c.kubectl("delete", "clusterrole,clusterrolebinding", "crossproxy", "--ignore-not-found")
+	c.kubectl("-n", "kube-system", "delete", "role,rolebinding", "crossproxy", "--ignore-not-found")
 	c.kubectl("-n", "kube-system", "wait", "--for=delete", "pod", "-l", "app.kubernetes.io/name=crossproxy", "--timeout=2m")
 
 	start := time.Now()

@@ -93,6 +93,7 @@ func (c *cluster) ensureRelease(chart string) {
 	}
 	c.kubectl("-n", "kube-system", "delete", "daemonset,configmap,serviceaccount", "-l", "app.kubernetes.io/name=crossproxy", "--ignore-not-found", "--wait=true")
 	c.kubectl("delete", "clusterrole,clusterrolebinding", "crossproxy", "--ignore-not-found")
+	c.kubectl("-n", "kube-system", "delete", "role,rolebinding", "crossproxy", "--ignore-not-found")
 	c.helm("install", "crossproxy", chart, "--namespace", "kube-system",
 		"--set", "image.repository="+repo, "--set", "image.tag="+tag,
 		"--set", "apiServer.host=10.201.0.1", "--set", "apiServer.port=6443",

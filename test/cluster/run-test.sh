@@ -24,6 +24,8 @@ bash installer/render.sh "$up_ref" "$up_ref" "$up_version" "$out/next"
 helm_bin=$(bash test/helm/build.sh helm)
 # kube-proxy, kubectl, sh, nft and iptables in one image, for TestTakeover.
 bash "$here/kubetools.sh" "$out/kubetools-image.tar"
+# The DNS server, for TestReboot's node resolver and cluster DNS.
+(cd "$here" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -o "$root/$out/clusterdns" ./clusterdns)
 
 # Two nodes in two zones (xpc-a, xpc-b), single-stack: what these tests are
 # written for (traffic between two nodes, a rolling upgrade over both);
@@ -48,4 +50,5 @@ XP_MANIFEST="$root/dist/crossproxy-$version-linux.yaml" \
 	XP_UPGRADE_ARCHIVE="$root/$out/crossproxy-next-image.tar" XP_UPGRADE_REF="$up_ref" \
 	XP_HELM="$helm_bin" XP_CHART="$root/installer/helm/crossproxy" \
 	XP_KUBETOOLS_ARCHIVE="$root/$out/kubetools-image.tar" XP_CROSSPROXY_BIN="$root/dist/crossproxy-$version-linux-amd64" \
-	GOFLAGS=-mod=mod go test -tags cluster -count=1 -timeout 20m -v -run "${CLUSTER_TEST_RUN:-.}" .
+	XP_CLUSTERDNS="$root/$out/clusterdns" \
+	GOFLAGS=-mod=mod go test -tags cluster -count=1 -timeout "${CLUSTER_GO_TIMEOUT:-20m}" -v -run "${CLUSTER_TEST_RUN:-.}" .

@@ -112,20 +112,7 @@ func TestTakeover(t *testing.T) {
 		}
 	}
 	// Start from kube-proxy alone: no crossproxy objects, pods or rules.
-	if rel := c.helm("list", "--namespace", "kube-system", "-q"); strings.Contains(rel, "crossproxy") {
-		c.helm("uninstall", "crossproxy", "--namespace", "kube-system", "--wait", "--timeout", "3m")
-	}
-	c.kubectl("-n", "kube-system", "delete", "daemonset,configmap,serviceaccount", "-l", "app.kubernetes.io/name=crossproxy", "--ignore-not-found", "--wait=true")
-	c.kubectl("delete", "clusterrole,clusterrolebinding", "crossproxy", "--ignore-not-found")
-	c.kubectl("-n", "kube-system", "wait", "--for=delete", "pod", "-l", "app.kubernetes.io/name=crossproxy", "--timeout=2m")
-	for _, n := range []string{"xpc-a", "xpc-b"} {
-		if _, err := sh(context.Background(), env(t, "XP_CROSSPROXY_BIN"), "cleanup", "--netns", "/run/netns/"+n); err != nil {
-			t.Fatal(err)
-		}
-		if tb := tables(t, n); strings.Contains(tb, "crossproxy") {
-			t.Fatalf("%s still has crossproxy tables after cleanup:\n%s", n, tb)
-		}
-	}
+	c.resetCrossproxy()
 	c.kubectlIn(kubeProxyObjects, "apply", "-f", "-")
 	c.kubectl("-n", "kube-system", "rollout", "status", "daemonset/kube-proxy", "--timeout=3m")
 	for _, n := range []string{"xpc-a", "xpc-b"} {

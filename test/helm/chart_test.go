@@ -219,6 +219,27 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		{"takeover.enabled=true,linux.enabled=false,ports.healthz=10356,ports.metrics=10349", "takeover.enabled needs linux.enabled"},
 		{"takeover.enabled=true", "kube-proxy holds ports 10256 (healthz) and 10249"},
 		{"takeover.enabled=true,ports.healthz=10356", "kube-proxy holds ports 10256 (healthz) and 10249"},
+		// Issue 37: what the proxy or the API server would refuse later.
+		{"linux.config.detectLocalMode=BridgeInterface", "linux.config.detectLocal.bridgeInterface is empty"},
+		{"linux.config.detectLocalMode=InterfaceNamePrefix", "linux.config.detectLocal.interfaceNamePrefix is empty"},
+		{"linux.config.detectLocalMode=BridgeInterface,linux.config.detectLocal.bridgeInterface=averyveryverylong0", "bridgeInterface"},
+		{"linux.config.minSyncPeriod=2m", "linux.config.minSyncPeriod 2m is longer than linux.config.syncPeriod 30s"},
+		{"windows.config.minSyncPeriod=31s", "windows.config.minSyncPeriod 31s is longer than windows.config.syncPeriod 30s"},
+		{"linux.config.clusterCIDR=10.244.0.0/33", "clusterCIDR"},
+		{"linux.config.clusterCIDR=300.244.0.0/16", "clusterCIDR"},
+		{"linux.config.nodePortAddresses={10.0.0.0/40}", "nodePortAddresses"},
+		{"windows.config.sourceVip=999.1.1.1", "sourceVip"},
+		{"updateStrategy.rollingUpdate.maxSurge=1", "updateStrategy.rollingUpdate.maxSurge is 1: it must be 0"},
+		{"updateStrategy.rollingUpdate.maxUnavailable=0", "updateStrategy.rollingUpdate.maxUnavailable is 0"},
+		{"updateStrategy.type=Recreate", "type"},
+		{"podLabels.app\\.kubernetes\\.io/name=x", "podLabels.app.kubernetes.io/name"},
+		{"podAnnotations.crossproxy\\.io/config-hash=x", "podAnnotations.crossproxy.io/config-hash"},
+		{"imagePullSecrets[0].secret=x", "imagePullSecrets"},
+		{"linux.affinity.nodeSelector=x", "affinity"},
+		{"logVerbosity=11", "logVerbosity"},
+		{"fullSyncPeriod=1d", "fullSyncPeriod"},
+		{"takeover.enabled=true,takeover.restore=true,ports.healthz=10356,ports.metrics=10349", "takeover.enabled and takeover.restore are both true"},
+		{"monitoring.rules.runbookBaseURL=runbooks", "runbookBaseURL"},
 	}
 	for _, c := range cases {
 		out, err := template(t, "--set", c.set)
@@ -264,6 +285,7 @@ func TestValuesReachThePods(t *testing.T) {
 		"--set", "priorityClassName=high,tolerations[0].key=k,tolerations[0].operator=Exists",
 		"--set", "windows.image=registry.example/xp-win:1")
 	objs := objects(t, out)
+	checkKnobs(t)
 	cfg := func(os_ string) map[string]any {
 		data := objs["ConfigMap/kube-system/crossproxy-"+os_]["data"].(map[string]any)
 		if data["apiserver-host"] != "192.0.2.10" || data["apiserver-port"] != "6443" {
@@ -493,9 +515,221 @@ func TestTakeoverRendered(t *testing.T) {
 		t.Errorf("takeover.sh does not parse: %v %s", err, out)
 	}
 	role, _ := json.Marshal(objs["Role/kube-system/crossproxy-takeover"]["rules"])
-	for _, w := range []string{`"resourceNames":["kp"],"resources":["daemonsets"],"verbs":["delete"]`, `"resourceNames":["kube-proxy"],"resources":["configmaps"]`} {
+	for _, w := range []string{`"resourceNames":["kp","kube-proxy-windows"],"resources":["daemonsets"],"verbs":["get","delete","patch"]`,
+		`"resourceNames":["kube-proxy"],"resources":["configmaps"]`} {
 		if !strings.Contains(string(role), w) {
 			t.Errorf("takeover Role %s lacks %s", role, w)
+		}
+	}
+	env, _ := json.Marshal(container(map[string]any{"spec": map[string]any{"template": job["spec"].(map[string]any)["template"]}})["env"])
+	for _, w := range []string{`{"name":"KP_WINDOWS_DAEMONSET","value":"kube-proxy-windows"}`, `{"name":"BACKUP","value":"crossproxy-kube-proxy-backup"}`} {
+		if !strings.Contains(string(env), w) {
+			t.Errorf("takeover Job env %s lacks %s", env, w)
+		}
+	}
+	// A release that took over restores kube-proxy before helm uninstall.
+	restore, ok := objs["Job/kube-system/crossproxy-restore"]
+	if !ok {
+		t.Fatal("takeover.enabled: no restore Job for helm uninstall")
+	}
+	if h := restore["metadata"].(map[string]any)["annotations"].(map[string]any)["helm.sh/hook"]; h != "pre-delete" {
+		t.Errorf("restore Job of a takeover release runs at %v, want pre-delete", h)
+	}
+}
+
+// TestRestoreRendered: takeover.restore=true runs files/restore.sh (valid
+// POSIX sh) before the upgrade and before uninstall, requires a backup, and
+// renders no DaemonSets, so the upgrade removes them only after the hook
+// brought kube-proxy back; the ConfigMaps and RBAC stay for the pods'
+// cleanup-on-delete containers.
+func TestRestoreRendered(t *testing.T) {
+	objs := objects(t, mustTemplate(t, "--set", "takeover.restore=true"))
+	job, ok := objs["Job/kube-system/crossproxy-restore"]
+	if !ok {
+		t.Fatal("no restore Job")
+	}
+	if h := job["metadata"].(map[string]any)["annotations"].(map[string]any)["helm.sh/hook"]; h != "pre-upgrade,pre-delete" {
+		t.Errorf("restore Job hook %v, want pre-upgrade,pre-delete", h)
+	}
+	c := container(map[string]any{"spec": map[string]any{"template": job["spec"].(map[string]any)["template"]}})
+	want, err := os.ReadFile(filepath.Join(chart, "files/restore.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(c["args"].([]any)[0].(string)) != strings.TrimSpace(string(want)) {
+		t.Error("the restore Job's script is not files/restore.sh")
+	}
+	if out, err := run("sh", "-n", filepath.Join(chart, "files/restore.sh")); err != nil {
+		t.Errorf("restore.sh does not parse: %v %s", err, out)
+	}
+	if env, _ := json.Marshal(c["env"]); !strings.Contains(string(env), `{"name":"RESTORE_REQUIRED","value":"1"}`) {
+		t.Errorf("restore=true does not require a backup: %s", env)
+	}
+	for _, k := range []string{"DaemonSet/kube-system/crossproxy-linux", "DaemonSet/kube-system/crossproxy-windows", "Job/kube-system/crossproxy-takeover"} {
+		if _, ok := objs[k]; ok {
+			t.Errorf("restore=true renders %s", k)
+		}
+	}
+	for _, k := range []string{"ConfigMap/kube-system/crossproxy-linux", "ServiceAccount/kube-system/crossproxy", "Role/kube-system/crossproxy"} {
+		if _, ok := objs[k]; !ok {
+			t.Errorf("restore=true drops %s, which the terminating pods still use", k)
+		}
+	}
+	if _, ok := objects(t, mustTemplate(t))["Job/kube-system/crossproxy-restore"]; ok {
+		t.Error("a release that never took over renders a restore Job")
+	}
+}
+
+// TestCleanupOnDeleteContainer: each DaemonSet's pods run the uninstall
+// container beside the proxy, naming their own DaemonSet; without it
+// (cleanupOnDelete.enabled=false) the proxy runs alone.
+func TestCleanupOnDeleteContainer(t *testing.T) {
+	out := mustTemplate(t, "--namespace", "net-system")
+	for _, os_ := range []string{"linux", "windows"} {
+		ds, ok := objects(t, out)["DaemonSet/net-system/crossproxy-"+os_]
+		if !ok {
+			t.Fatalf("no %s DaemonSet in net-system", os_)
+		}
+		cs := ds["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)
+		if len(cs) != 2 {
+			t.Fatalf("%s: %d containers", os_, len(cs))
+		}
+		args := fmt.Sprint(cs[1].(map[string]any)["args"])
+		if !strings.Contains(args, "cleanup-on-delete --daemonset=net-system/crossproxy-"+os_+" --config=") {
+			t.Errorf("%s cleanup container args %s", os_, args)
+		}
+	}
+	ds := daemonSet(t, mustTemplate(t, "--set", "cleanupOnDelete.enabled=false"), "linux")
+	if cs := ds["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any); len(cs) != 1 {
+		t.Errorf("cleanupOnDelete.enabled=false: %d containers", len(cs))
+	}
+}
+
+// TestNoClusterDNS: neither DaemonSet depends on cluster DNS (issue 37: a
+// rebooted node resolves a DNS-name API server with its own resolver, as
+// kubeadm's kube-proxy, whose DaemonSet sets no dnsPolicy).
+func TestNoClusterDNS(t *testing.T) {
+	out := mustTemplate(t)
+	for _, os_ := range []string{"linux", "windows"} {
+		spec := daemonSet(t, out, os_)["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		if p, ok := spec["dnsPolicy"]; ok && p != "ClusterFirst" && p != "Default" {
+			t.Errorf("%s dnsPolicy %v: a host-network proxy must not resolve through cluster DNS", os_, p)
+		}
+	}
+}
+
+// checkKnobs: the pod-level knobs (issue 37) land in both DaemonSets' pod
+// templates: podAnnotations and podLabels beside the chart's own, affinity
+// per OS, imagePullSecrets, updateStrategy, --full-sync-period.
+func checkKnobs(t *testing.T) {
+	t.Helper()
+	out := mustTemplate(t,
+		"--set", "podAnnotations.example\\.com/team=net,podLabels.tier=node",
+		"--set", "imagePullSecrets[0].name=regcred,fullSyncPeriod=30m,updateStrategy.rollingUpdate.maxUnavailable=10%",
+		"--set-json", `linux.affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"pool","operator":"NotIn","values":["gpu"]}]}]}}}`)
+	for _, os_ := range []string{"linux", "windows"} {
+		ds := daemonSet(t, out, os_)
+		tmpl := ds["spec"].(map[string]any)["template"].(map[string]any)
+		md := tmpl["metadata"].(map[string]any)
+		if a := md["annotations"].(map[string]any); a["example.com/team"] != "net" || a["crossproxy.io/config-hash"] == nil {
+			t.Errorf("%s pod annotations %v", os_, a)
+		}
+		if l := md["labels"].(map[string]any); l["tier"] != "node" || l["app.kubernetes.io/component"] != os_ {
+			t.Errorf("%s pod labels %v", os_, l)
+		}
+		spec := tmpl["spec"].(map[string]any)
+		if s, _ := json.Marshal(spec["imagePullSecrets"]); string(s) != `[{"name":"regcred"}]` {
+			t.Errorf("%s imagePullSecrets %s", os_, s)
+		}
+		if _, ok := spec["affinity"]; ok != (os_ == "linux") {
+			t.Errorf("%s affinity %v (given for linux only)", os_, spec["affinity"])
+		}
+		if u, _ := json.Marshal(ds["spec"].(map[string]any)["updateStrategy"]); string(u) != `{"rollingUpdate":{"maxSurge":0,"maxUnavailable":"10%"},"type":"RollingUpdate"}` {
+			t.Errorf("%s updateStrategy %s", os_, u)
+		}
+		if args := fmt.Sprint(container(ds)["args"]); !strings.Contains(args, "--full-sync-period=30m") {
+			t.Errorf("%s args %s", os_, args)
+		}
+	}
+	// OnDelete renders no rollingUpdate (the API server refuses one).
+	u, _ := json.Marshal(daemonSet(t, mustTemplate(t, "--set", "updateStrategy.type=OnDelete"), "linux")["spec"].(map[string]any)["updateStrategy"])
+	if string(u) != `{"type":"OnDelete"}` {
+		t.Errorf("OnDelete updateStrategy %s", u)
+	}
+}
+
+// repoURL is where the repository's files are published (the module path);
+// the default runbook base URL points into it.
+const repoURL = "https://github.com/crossproxy/crossproxy/blob/main/"
+
+// TestAlertRunbooks: every alert the chart renders carries a runbook_url
+// whose page is a file of this repository, titled with the alert's name and
+// saying what it means, how to confirm it and how to fix it; every relative
+// link of the runbooks and the troubleshooting page leads to a file. A
+// changed base URL reaches every alert.
+func TestAlertRunbooks(t *testing.T) {
+	type rule struct {
+		Alert       string            `json:"alert"`
+		Annotations map[string]string `json:"annotations"`
+	}
+	alerts := func(args ...string) []rule {
+		var spec struct {
+			Groups []struct{ Rules []rule } `json:"groups"`
+		}
+		out := mustTemplate(t, append([]string{"--set", "monitoring.enabled=true"}, args...)...)
+		b, _ := json.Marshal(objects(t, out)["PrometheusRule/kube-system/crossproxy"]["spec"])
+		if err := json.Unmarshal(b, &spec); err != nil {
+			t.Fatal(err)
+		}
+		var rs []rule
+		for _, g := range spec.Groups {
+			rs = append(rs, g.Rules...)
+		}
+		return rs
+	}
+	rs := alerts()
+	if len(rs) < 6 {
+		t.Fatalf("%d alerts rendered", len(rs))
+	}
+	pages := map[string]bool{"installer/docs/troubleshooting.md": true}
+	for _, r := range rs {
+		u := r.Annotations["runbook_url"]
+		rel, ok := strings.CutPrefix(u, repoURL)
+		if !ok {
+			t.Errorf("%s: runbook_url %q is not a page of %s", r.Alert, u, repoURL)
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("../..", rel))
+		if err != nil {
+			t.Errorf("%s: runbook_url %s: %v", r.Alert, u, err)
+			continue
+		}
+		pages[rel] = true
+		page := string(b)
+		if !strings.HasPrefix(page, "# "+r.Alert+"\n") {
+			t.Errorf("%s: %s is not titled with the alert's name", r.Alert, rel)
+		}
+		for _, part := range []string{"**Meaning.**", "**Confirm.**", "**Fix.**", "```sh"} {
+			if !strings.Contains(page, part) {
+				t.Errorf("%s: %s has no %s", r.Alert, rel, part)
+			}
+		}
+	}
+	for p := range pages {
+		b, err := os.ReadFile(filepath.Join("../..", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`\]\(([^)#:]+)(#[^)]*)?\)`).FindAllStringSubmatch(string(b), -1) {
+			target := filepath.Join("../..", filepath.Dir(p), m[1])
+			if _, err := os.Stat(target); err != nil {
+				t.Errorf("%s links to %s, which does not exist", p, m[1])
+			}
+		}
+	}
+	for _, r := range alerts("--set", "monitoring.rules.runbookBaseURL=https://mirror.example/rb/") {
+		if want := "https://mirror.example/rb/" + r.Alert + ".md"; r.Annotations["runbook_url"] != want {
+			t.Errorf("%s: runbook_url %q with a changed base, want %q", r.Alert, r.Annotations["runbook_url"], want)
 		}
 	}
 }

@@ -177,6 +177,15 @@ func TestShippedRBACIsEnoughAndNoMore(t *testing.T) {
 			}, metav1.CreateOptions{})
 			return err
 		},
+		// The cleanup-on-delete container (issue 37): its own DaemonSet by
+		// name; none exists here, so NotFound is the allowed answer.
+		"get own daemonset": func() error {
+			_, err := cp.AppsV1().DaemonSets("kube-system").Get(ctx, "crossproxy-linux", metav1.GetOptions{})
+			return notFoundIsAllowed(err)
+		},
+		"watch own daemonset by name": func() error {
+			return watchOnce(cp.AppsV1().DaemonSets("kube-system").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=crossproxy-windows"}))
+		},
 	}
 	for what, f := range allowed {
 		if err := f(); err != nil {
@@ -220,12 +229,31 @@ func TestShippedRBACIsEnoughAndNoMore(t *testing.T) {
 			_, err := cp.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{})
 			return err
 		},
+		"list every daemonset": func() error {
+			_, err := cp.AppsV1().DaemonSets("kube-system").List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"get kube-proxy's daemonset": func() error {
+			_, err := cp.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+			return err
+		},
+		"delete own daemonset": func() error {
+			return cp.AppsV1().DaemonSets("kube-system").Delete(ctx, "crossproxy-linux", metav1.DeleteOptions{})
+		},
 	}
 	for what, f := range forbidden {
 		if err := f(); !apierrors.IsForbidden(err) {
 			t.Errorf("%s as crossproxy: %v, want Forbidden", what, err)
 		}
 	}
+}
+
+// notFoundIsAllowed: a NotFound answer means the request was authorized.
+func notFoundIsAllowed(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // watchOnce turns a watch start into an error and stops the watch.

@@ -22,6 +22,8 @@ type bundle struct {
 	sa         *v1.ServiceAccount
 	role       *rbacv1.ClusterRole
 	binding    *rbacv1.ClusterRoleBinding
+	nsRole     *rbacv1.Role
+	nsBinding  *rbacv1.RoleBinding
 	configMap  *v1.ConfigMap
 	daemonSet  *appsv1.DaemonSet
 	kindsNames []string
@@ -46,6 +48,12 @@ func loadBundle(t *testing.T, osName string) *bundle {
 		case "ClusterRoleBinding":
 			b.binding = &rbacv1.ClusterRoleBinding{}
 			target = b.binding
+		case "Role":
+			b.nsRole = &rbacv1.Role{}
+			target = b.nsRole
+		case "RoleBinding":
+			b.nsBinding = &rbacv1.RoleBinding{}
+			target = b.nsBinding
 		case "ConfigMap":
 			b.configMap = &v1.ConfigMap{}
 			target = b.configMap
@@ -60,8 +68,8 @@ func loadBundle(t *testing.T, osName string) *bundle {
 		}
 		b.kindsNames = append(b.kindsNames, d.Kind+"/"+d.Name)
 	}
-	if b.sa == nil || b.role == nil || b.binding == nil || b.configMap == nil || b.daemonSet == nil {
-		t.Fatalf("%s manifests: want ServiceAccount, ClusterRole, ClusterRoleBinding, ConfigMap and DaemonSet, got %v", osName, b.kindsNames)
+	if b.sa == nil || b.role == nil || b.binding == nil || b.nsRole == nil || b.nsBinding == nil || b.configMap == nil || b.daemonSet == nil {
+		t.Fatalf("%s manifests: want ServiceAccount, ClusterRole, ClusterRoleBinding, Role, RoleBinding, ConfigMap and DaemonSet, got %v", osName, b.kindsNames)
 	}
 	return b
 }
@@ -94,6 +102,17 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ClusterRole rules:\n got %v\nwant %v", got, want)
+	}
+	// In kube-system only: the cleanup-on-delete container reads its own
+	// DaemonSet, by name, to tell an uninstall from a restart (issue 37).
+	wantNS := []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"},
+		ResourceNames: []string{"crossproxy-linux", "crossproxy-windows"}, Verbs: []string{"get", "list", "watch"}}}
+	if !reflect.DeepEqual(b.nsRole.Rules, wantNS) || b.nsRole.Namespace != b.sa.Namespace {
+		t.Errorf("Role %s/%s rules %+v, want %+v", b.nsRole.Namespace, b.nsRole.Name, b.nsRole.Rules, wantNS)
+	}
+	if b.nsBinding.RoleRef.Kind != "Role" || b.nsBinding.RoleRef.Name != b.nsRole.Name || len(b.nsBinding.Subjects) != 1 ||
+		b.nsBinding.Subjects[0].Name != b.sa.Name || b.nsBinding.Subjects[0].Namespace != b.sa.Namespace {
+		t.Errorf("RoleBinding %+v does not bind Role %s to ServiceAccount %s/%s alone", b.nsBinding, b.nsRole.Name, b.sa.Namespace, b.sa.Name)
 	}
 	if b.binding.RoleRef.Kind != "ClusterRole" || b.binding.RoleRef.Name != b.role.Name {
 		t.Errorf("binding roleRef %+v does not name ClusterRole %s", b.binding.RoleRef, b.role.Name)
@@ -145,10 +164,19 @@ func TestDaemonSets(t *testing.T) {
 					errorf("selector %s=%s not in the pod template's labels", k, v)
 				}
 			}
-			if len(spec.Containers) != 1 {
-				t.Fatalf("DaemonSet %s: %d containers, want 1", ds.Name, len(spec.Containers))
+			// Reboot-safe (issue 37): a host-network pod with no dnsPolicy (or
+			// ClusterFirst, the same) resolves with the node's resolver, as
+			// kubeadm's kube-proxy; ClusterFirstWithHostNet would send the API
+			// server's DNS name to the cluster DNS's ClusterIP, which has no
+			// rules on a node that has just booted.
+			if p := spec.DNSPolicy; p != "" && p != v1.DNSClusterFirst && p != v1.DNSDefault {
+				errorf("dnsPolicy %s: the proxy must resolve the API server without cluster DNS", p)
+			}
+			if len(spec.Containers) != 2 || spec.Containers[0].Name != "crossproxy" || spec.Containers[1].Name != "cleanup-on-delete" {
+				t.Fatalf("DaemonSet %s: containers %d, want crossproxy and cleanup-on-delete", ds.Name, len(spec.Containers))
 			}
 			c := spec.Containers[0]
+			checkCleanupContainer(t, ds, c, spec.Containers[1])
 			if c.Image != TestImage {
 				errorf("image %q, want the rendered @IMAGE@ %q", c.Image, TestImage)
 			}
@@ -166,6 +194,45 @@ func TestDaemonSets(t *testing.T) {
 				checkWindowsHostProcess(t, ds)
 			}
 		})
+	}
+}
+
+// checkCleanupContainer: the uninstall container runs the same binary from
+// the same image, names its own DaemonSet, reads the proxy's config from the
+// same mount and reaches the API server the same way; on Linux it has the
+// proxy's security context (NET_ADMIN alone).
+func checkCleanupContainer(t *testing.T, ds *appsv1.DaemonSet, proxy, c v1.Container) {
+	t.Helper()
+	var cfgArg string
+	for _, a := range proxy.Args {
+		if strings.HasPrefix(a, "--config=") {
+			cfgArg = a
+		}
+	}
+	want := []string{"cleanup-on-delete", "--daemonset=" + ds.Namespace + "/" + ds.Name, cfgArg}
+	if !reflect.DeepEqual(c.Args, want) {
+		t.Errorf("cleanup-on-delete args %v, want %v", c.Args, want)
+	}
+	if c.Image != proxy.Image || !reflect.DeepEqual(c.Command, proxy.Command) {
+		t.Errorf("cleanup-on-delete runs %s %v, the proxy %s %v", c.Image, c.Command, proxy.Image, proxy.Command)
+	}
+	if !reflect.DeepEqual(c.VolumeMounts, proxy.VolumeMounts) {
+		t.Errorf("cleanup-on-delete mounts %+v, the proxy %+v", c.VolumeMounts, proxy.VolumeMounts)
+	}
+	for _, e := range proxy.Env {
+		if !strings.HasPrefix(e.Name, "KUBERNETES_SERVICE_") {
+			continue
+		}
+		found := false
+		for _, ce := range c.Env {
+			found = found || reflect.DeepEqual(ce, e)
+		}
+		if !found {
+			t.Errorf("cleanup-on-delete lacks the proxy's %s", e.Name)
+		}
+	}
+	if !reflect.DeepEqual(c.SecurityContext, proxy.SecurityContext) {
+		t.Errorf("cleanup-on-delete securityContext %+v, the proxy's %+v", c.SecurityContext, proxy.SecurityContext)
 	}
 }
 

@@ -21,12 +21,13 @@ cluster-up: cluster-bin
 cluster-down:
 	bash test/cluster/cluster.sh down
 
-# make test runs the DaemonSet, the Helm install and upgrade, and the
-# takeover from kube-proxy; the alerts against a real Prometheus (about 3
+# make test runs the DaemonSet, the Helm install and upgrade, the uninstall
+# (issue 37: clean nodes after helm uninstall and kubectl delete -f, none
+# lost in a rolling restart), and the takeover from kube-proxy; the alerts against a real Prometheus (about 3
 # minutes more) run with make test-cluster-prometheus, or with
 # CLUSTER_TEST_RUN=. for everything.
 test-cluster: image manifests cluster-bin
-	CLUSTER_TEST_RUN="$${CLUSTER_TEST_RUN:-TestDaemonSet|TestHelm|TestTakeover}" timeout 25m bash test/cluster/run-test.sh '$(VERSION)' '$(IMAGE)'
+	CLUSTER_TEST_RUN="$${CLUSTER_TEST_RUN:-TestDaemonSet|TestHelm|TestUninstall|TestTakeover}" timeout 25m bash test/cluster/run-test.sh '$(VERSION)' '$(IMAGE)'
 
 .PHONY: test-cluster-prometheus
 test-cluster-prometheus: image manifests cluster-bin

@@ -14,8 +14,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -29,17 +31,19 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of a client that may list Services and EndpointSlices")
 	listen := flag.String("listen", "10.201.0.1:53", "UDP and TCP address to answer on")
 	domain := flag.String("domain", "cluster.local", "the cluster's DNS domain")
+	hosts := hostFlag{}
+	flag.Var(hosts, "host", "NAME=IPv4: also answer this name outside the domain (repeatable), as a node's own resolver would")
 	flag.Parse()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, logger, *kubeconfig, *listen, *domain); err != nil {
+	if err := run(ctx, logger, *kubeconfig, *listen, *domain, hosts); err != nil {
 		logger.Error("clusterdns", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, logger *slog.Logger, kubeconfig, listen, domain string) error {
+func run(ctx context.Context, logger *slog.Logger, kubeconfig, listen, domain string, hosts hostFlag) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
@@ -51,7 +55,7 @@ func run(ctx context.Context, logger *slog.Logger, kubeconfig, listen, domain st
 	factory := informers.NewSharedInformerFactory(client, 10*time.Minute)
 	services := factory.Core().V1().Services()
 	slices := factory.Discovery().V1().EndpointSlices()
-	r := &resolver{domain: domain, services: services.Lister(), slices: slices.Lister()}
+	r := &resolver{domain: domain, services: services.Lister(), slices: slices.Lister(), hosts: hosts}
 	// The informers are created before Start, which only starts those.
 	svcInformer, sliceInformer := services.Informer(), slices.Informer()
 	factory.Start(ctx.Done())
@@ -75,5 +79,21 @@ func run(ctx context.Context, logger *slog.Logger, kubeconfig, listen, domain st
 	logger.Info("serving", "listen", listen, "domain", domain)
 	go serveTCP(tcp, r, logger)
 	serveUDP(udp, r, logger)
+	return nil
+}
+
+// hostFlag collects --host NAME=IPv4 records, keyed as lookup compares
+// names: lower case with the final dot.
+type hostFlag map[string]netip.Addr
+
+func (h hostFlag) String() string { return fmt.Sprint(map[string]netip.Addr(h)) }
+
+func (h hostFlag) Set(v string) error {
+	name, ip, ok := strings.Cut(v, "=")
+	a, err := netip.ParseAddr(ip)
+	if !ok || name == "" || err != nil || !a.Is4() {
+		return fmt.Errorf("--host %q: want NAME=IPv4", v)
+	}
+	h[strings.ToLower(strings.TrimSuffix(name, "."))+"."] = a
 	return nil
 }

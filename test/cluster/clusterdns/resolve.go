@@ -30,6 +30,10 @@ type resolver struct {
 	domain   string
 	services corelisters.ServiceLister
 	slices   discoverylisters.EndpointSliceLister
+	// hosts are names outside the cluster domain with a fixed IPv4 address
+	// (lower case, with the final dot): what a node's own resolver knows,
+	// such as the API server's DNS name (--host).
+	hosts map[string]netip.Addr
 }
 
 // answer builds the response to one query message; a message it cannot
@@ -102,6 +106,13 @@ func (r *resolver) lookup(q dnsmessage.Question, depth int) (dnsmessage.RCode, [
 	suffix := ".svc." + strings.ToLower(strings.Trim(r.domain, ".")) + "."
 	if q.Class != dnsmessage.ClassINET {
 		return dnsmessage.RCodeRefused, nil
+	}
+	if a, ok := r.hosts[name]; ok {
+		if q.Type != dnsmessage.TypeA && q.Type != dnsmessage.TypeALL {
+			return dnsmessage.RCodeSuccess, nil
+		}
+		hdr := dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: ttl}
+		return dnsmessage.RCodeSuccess, []dnsmessage.Resource{{Header: hdr, Body: &dnsmessage.AResource{A: a.As4()}}}
 	}
 	if !strings.HasSuffix(name, suffix) {
 		return dnsmessage.RCodeNameError, nil

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"reflect"
 	"testing"
 	"time"
 
@@ -218,6 +219,44 @@ func TestServeUDPAndTCP(t *testing.T) {
 		}
 		if rcode, got := parse(t, resp); rcode != dnsmessage.RCodeSuccess || len(got) != 2 {
 			t.Errorf("tcp query %d: %v %v", i, rcode, got)
+		}
+	}
+}
+
+// TestHosts: a --host name answers its address outside the cluster domain
+// (the API server's DNS name, as a node's resolver knows it), case-blind;
+// other types get no records; names not listed stay NXDOMAIN.
+func TestHosts(t *testing.T) {
+	r := testResolver(t)
+	h := hostFlag{}
+	if err := h.Set("API.xpc-cluster.internal=10.201.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"api", "api=fd00::1", "=10.0.0.1", "api=x"} {
+		if err := h.Set(bad); err == nil {
+			t.Errorf("--host %s accepted", bad)
+		}
+	}
+	r.hosts = h
+	for _, c := range []struct {
+		name  string
+		typ   dnsmessage.Type
+		rcode dnsmessage.RCode
+		want  []string
+	}{
+		{"api.xpc-cluster.internal.", dnsmessage.TypeA, dnsmessage.RCodeSuccess, []string{"10.201.0.1"}},
+		{"Api.Xpc-Cluster.Internal.", dnsmessage.TypeA, dnsmessage.RCodeSuccess, []string{"10.201.0.1"}},
+		{"api.xpc-cluster.internal.", dnsmessage.TypeAAAA, dnsmessage.RCodeSuccess, nil},
+		{"other.xpc-cluster.internal.", dnsmessage.TypeA, dnsmessage.RCodeNameError, nil},
+		{"web.ns1.svc.cluster.local.", dnsmessage.TypeA, dnsmessage.RCodeSuccess, []string{"10.203.0.20"}},
+	} {
+		resp, err := r.answer(query(t, c.name, c.typ))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rcode, got := parse(t, resp)
+		if rcode != c.rcode || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s %v: %v %v, want %v %v", c.name, c.typ, rcode, got, c.rcode, c.want)
 		}
 	}
 }

@@ -84,11 +84,70 @@ livenessProbe:
   failureThreshold: 5
 {{- end -}}
 
-{{/* The ConfigMap data keys for the API server's address, when set. */}}
+{{/*
+The API server address the pods use, as JSON {host, port, source}: the
+values when set; else, when Helm can read the cluster (install, upgrade),
+the server of kubeadm's kube-public/cluster-info kubeconfig, else of
+kube-proxy's own kubeconfig (kube-system/kube-proxy, kubeconfig.conf, as
+Cilium's k8sServiceHost: auto reads it), else what this release's Linux or
+Windows ConfigMap already holds (kube-proxy's ConfigMap is gone after a
+takeover); else nothing, and the pods fall back to the kubernetes Service's
+ClusterIP, which a rebooted node cannot reach before some proxy's rules
+exist. `helm template` reads no cluster, so its output stays the plain
+manifests'.
+*/}}
+{{- define "crossproxy.apiServer" -}}
+{{- $a := .Values.apiServer -}}
+{{- $found := dict -}}
+{{- if $a.host -}}
+{{- $found = dict "host" $a.host "port" (toString $a.port) "source" "the values apiServer.host and apiServer.port" -}}
+{{- else -}}
+{{- $sources := list
+  (list "kube-public" "cluster-info" "kubeconfig" "kubeadm's kube-public/cluster-info ConfigMap")
+  (list .Values.takeover.kubeProxy.namespace .Values.takeover.kubeProxy.configMap "kubeconfig.conf" (printf "kube-proxy's kubeconfig (%s/%s ConfigMap)" .Values.takeover.kubeProxy.namespace .Values.takeover.kubeProxy.configMap)) -}}
+{{- range $src := $sources -}}
+{{- if not $found.host -}}
+{{- $cm := lookup "v1" "ConfigMap" (index $src 0) (index $src 1) -}}
+{{- $kc := (($cm).data | default dict) | dig (index $src 2) "" -}}
+{{- if $kc -}}
+{{- $server := "" -}}
+{{- range (fromYaml $kc).clusters -}}
+{{- if not $server -}}{{- $server = (.cluster).server | default "" -}}{{- end -}}
+{{- end -}}
+{{- $m := regexFindAll "^https://(\\[[0-9A-Fa-f:.]+\\]|[A-Za-z0-9.-]+)(:([0-9]+))?/?$" $server 1 -}}
+{{- if $m -}}
+{{- $hp := trimPrefix "https://" $server | trimSuffix "/" -}}
+{{- $port := "443" -}}
+{{- $host := $hp -}}
+{{- if regexMatch ":[0-9]+$" $hp -}}
+{{- $port = regexFind "[0-9]+$" $hp -}}
+{{- $host = regexReplaceAll ":[0-9]+$" $hp "" -}}
+{{- end -}}
+{{- $found = dict "host" (trimAll "[]" $host) "port" $port "source" (printf "%s (server %s)" (index $src 3) $server) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $os := list "linux" "windows" -}}
+{{- if not $found.host -}}
+{{- $own := lookup "v1" "ConfigMap" $.Release.Namespace (printf "crossproxy-%s" $os) -}}
+{{- with ($own).data -}}
+{{- if and (index . "apiserver-host") (index . "apiserver-port") -}}
+{{- $found = dict "host" (index . "apiserver-host") "port" (index . "apiserver-port") "source" (printf "this release's ConfigMap crossproxy-%s, as before" $os) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $found -}}
+{{- end -}}
+
+{{/* The ConfigMap data keys for the API server's address, when known. */}}
 {{- define "crossproxy.apiserverData" -}}
-{{- with .Values.apiServer.host }}apiserver-host: {{ . | quote }}
+{{- $a := include "crossproxy.apiServer" . | fromJson -}}
+{{- with $a.host }}apiserver-host: {{ . | quote }}
 {{ end -}}
-{{- with .Values.apiServer.port }}apiserver-port: {{ . | toString | quote }}
+{{- with $a.port }}apiserver-port: {{ . | toString | quote }}
 {{ end -}}
 {{- end -}}
 
@@ -110,8 +169,13 @@ config.yaml: |
   mode: nftables
   clientConnection:
     kubeconfig: ""
+  logging:
+    verbosity: {{ .Values.logVerbosity }}
   clusterCIDR: {{ $c.clusterCIDR | quote }}
   detectLocalMode: {{ $c.detectLocalMode }}
+  detectLocal:
+    bridgeInterface: {{ $c.detectLocal.bridgeInterface | quote }}
+    interfaceNamePrefix: {{ $c.detectLocal.interfaceNamePrefix | quote }}
   healthzBindAddress: 0.0.0.0:{{ .Values.ports.healthz }}
   metricsBindAddress: 0.0.0.0:{{ .Values.ports.metrics }}
   nodePortAddresses: {{ $c.nodePortAddresses | toJson }}
@@ -137,6 +201,8 @@ config.yaml: |
   mode: kernelspace
   clientConnection:
     kubeconfig: ""
+  logging:
+    verbosity: {{ .Values.logVerbosity }}
   clusterCIDR: {{ $c.clusterCIDR | quote }}
   healthzBindAddress: 0.0.0.0:{{ .Values.ports.healthz }}
   metricsBindAddress: 0.0.0.0:{{ .Values.ports.metrics }}
@@ -147,4 +213,127 @@ config.yaml: |
     sourceVip: {{ $c.sourceVip | quote }}
     enableDSR: {{ $c.enableDSR }}
     forwardHealthCheckVip: {{ $c.forwardHealthCheckVip }}
+{{- end -}}
+
+{{/*
+The pod template's metadata of one OS's DaemonSet: the selector labels, the
+version, podLabels; the config hash (a changed config rolls the pods: the
+file is read at start only) and podAnnotations.
+*/}}
+{{- define "crossproxy.podMetadata" -}}
+{{- $root := .root -}}
+labels:
+  app.kubernetes.io/name: crossproxy
+  app.kubernetes.io/component: {{ .os }}
+  app.kubernetes.io/version: {{ include "crossproxy.version" $root | quote }}
+  {{- with $root.Values.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+annotations:
+  crossproxy.io/config-hash: {{ include (printf "crossproxy.%sData" .os) $root | sha256sum | trunc 16 }}
+  {{- with $root.Values.podAnnotations }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end -}}
+
+{{/* The DaemonSets' updateStrategy (validate.yaml refuses a surge). */}}
+{{- define "crossproxy.updateStrategy" -}}
+{{- $u := .Values.updateStrategy -}}
+type: {{ $u.type }}
+{{- if eq $u.type "RollingUpdate" }}
+rollingUpdate:
+  maxUnavailable: {{ $u.rollingUpdate.maxUnavailable | toJson }}
+  maxSurge: 0
+{{- end }}
+{{- end -}}
+
+{{/* The run flags every OS gets after --config and --hostname-override. */}}
+{{- define "crossproxy.commonArgs" -}}
+- --full-sync-period={{ .Values.fullSyncPeriod }}
+{{- end -}}
+
+{{/* imagePullSecrets and affinity of one OS's pods, when given. */}}
+{{- define "crossproxy.podScheduling" -}}
+{{- $os := index .root.Values .os -}}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $os.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A duration of the schema's forms (500ms, 30s, 1m, 1h) in milliseconds. */}}
+{{- define "crossproxy.millis" -}}
+{{- if hasSuffix "ms" . -}}{{ trimSuffix "ms" . | atoi }}
+{{- else if hasSuffix "s" . -}}{{ mul (trimSuffix "s" . | atoi) 1000 }}
+{{- else if hasSuffix "m" . -}}{{ mul (trimSuffix "m" . | atoi) 60000 }}
+{{- else if hasSuffix "h" . -}}{{ mul (trimSuffix "h" . | atoi) 3600000 }}
+{{- else -}}0{{- end -}}
+{{- end -}}
+
+{{/*
+The cleanup-on-delete container of one OS's pods (cmd/crossproxy
+cmd_cleanup_on_delete.go): on the pod's stop it removes the node's rules
+only when the DaemonSet is being deleted (installer/README.md, Uninstall).
+*/}}
+{{- define "crossproxy.cleanupContainer" -}}
+{{- $root := .root -}}
+- name: cleanup-on-delete
+  image: {{ include "crossproxy.image" (dict "root" $root "os" .os) | quote }}
+  imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+  {{- if eq .os "linux" }}
+  command: ["/usr/local/bin/crossproxy"]
+  {{- else }}
+  command: ["%CONTAINER_SANDBOX_MOUNT_POINT%\\crossproxy.exe"]
+  {{- end }}
+  args:
+    - cleanup-on-delete
+    - --daemonset={{ $root.Release.Namespace }}/crossproxy-{{ .os }}
+    {{- if eq .os "linux" }}
+    - --config=/etc/crossproxy/config.yaml
+    {{- else }}
+    - --config=C:\etc\crossproxy\config.yaml
+    {{- end }}
+  env:
+    - name: KUBERNETES_SERVICE_HOST
+      valueFrom:
+        configMapKeyRef:
+          name: crossproxy-{{ .os }}
+          key: apiserver-host
+          optional: true
+    - name: KUBERNETES_SERVICE_PORT
+      valueFrom:
+        configMapKeyRef:
+          name: crossproxy-{{ .os }}
+          key: apiserver-port
+          optional: true
+  {{- with $root.Values.cleanupOnDelete.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- if eq .os "linux" }}
+  securityContext:
+    runAsUser: 0
+    runAsNonRoot: false
+    privileged: false
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    seccompProfile:
+      type: RuntimeDefault
+    capabilities:
+      drop: ["ALL"]
+      add: ["NET_ADMIN"]
+  volumeMounts:
+    - name: config
+      mountPath: /etc/crossproxy
+      readOnly: true
+  {{- else }}
+  volumeMounts:
+    - name: config
+      mountPath: C:\etc\crossproxy
+      readOnly: true
+  {{- end }}
 {{- end -}}

@@ -18,6 +18,7 @@ monitors relabel it so; a hand-written scrape config names its job so.
 */}}
 {{- define "crossproxy.rules" -}}
 {{- $for := .Values.monitoring.rules.for -}}
+{{- $runbooks := .Values.monitoring.rules.runbookBaseURL -}}
 {{- $stall := mul 2 (include "crossproxy.syncPeriodSeconds" . | atoi) -}}
 groups:
   - name: crossproxy
@@ -28,6 +29,7 @@ groups:
         labels:
           severity: critical
         annotations:
+          runbook_url: {{ printf "%s%s.md" $runbooks "CrossproxyDown" }}
           summary: crossproxy on {{ "{{ $labels.instance }}" }} cannot be scraped
           description: >-
             Prometheus has not reached crossproxy's metrics on {{ "{{ $labels.instance }}" }}
@@ -39,6 +41,7 @@ groups:
         labels:
           severity: critical
         annotations:
+          runbook_url: {{ printf "%s%s.md" $runbooks "CrossproxyAbsent" }}
           summary: no crossproxy target is scraped at all
           description: >-
             No series with job="crossproxy" exist: the DaemonSets are gone or
@@ -56,6 +59,7 @@ groups:
         labels:
           severity: critical
         annotations:
+          runbook_url: {{ printf "%s%s.md" $runbooks "CrossproxySyncStalled" }}
           summary: crossproxy on {{ "{{ $labels.instance }}" }} has not synced for {{ "{{ $value | humanizeDuration }}" }}
           description: >-
             No successful sync for more than {{ $stall }}s (2 x syncPeriod). Service
@@ -67,6 +71,7 @@ groups:
         labels:
           severity: warning
         annotations:
+          runbook_url: {{ printf "%s%s.md" $runbooks "CrossproxySyncFailing" }}
           summary: crossproxy on {{ "{{ $labels.instance }}" }} keeps failing to sync ({{ "{{ $labels.reason }}" }})
           description: >-
             {{ "{{ $value | humanize }}" }} failed syncs (reason {{ "{{ $labels.reason }}" }}) in
@@ -78,6 +83,7 @@ groups:
         labels:
           severity: info
         annotations:
+          runbook_url: {{ printf "%s%s.md" $runbooks "CrossproxyInputProblems" }}
           summary: crossproxy rejects {{ "{{ $value }}" }} object(s) of kind {{ "{{ $labels.kind }}" }} on {{ "{{ $labels.instance }}" }}
           description: >-
             Services or EndpointSlices the core cannot express as they are (a
@@ -89,6 +95,7 @@ groups:
         labels:
           severity: warning
         annotations:
+          runbook_url: {{ printf "%s%s.md" $runbooks "CrossproxyOtherProxyDetected" }}
           summary: another Service proxy ({{ "{{ $labels.proxy }}" }}) programs {{ "{{ $labels.instance }}" }} beside crossproxy
           description: >-
             {{ "{{ $labels.proxy }}" }}'s rules are on this node too, so two proxies answer
