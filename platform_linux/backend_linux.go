@@ -248,7 +248,7 @@ func (b *Backend) syncFull(ctx context.Context, state *core.NodeState) error {
 	// Naming a refused command is rare: the commands are planned again then,
 	// into a list this time (the plan is deterministic).
 	describe := func(i int) string {
-		ops := planRuleset(Build(state, b.cfg), existing, recreate).Ops
+		ops := planRuleset(build(state, b.cfg), existing, recreate).Ops
 		if w.Len() != len(ops) || i < 0 || i >= len(ops) {
 			return fmt.Sprintf("command %d", i)
 		}

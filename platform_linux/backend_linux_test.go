@@ -171,7 +171,7 @@ func TestFailedBatchChangesNothing(t *testing.T) {
 	bad := &batch{Ops: []Op{
 		{Kind: OpFlushChain, Table: shard, Chain: web},
 		{Kind: OpAddChain, Table: shard, Chain: &Chain{Name: "half-written"}},
-		{Kind: OpAddRule, Table: shard, Chain: web, Rule: Rule{Verdict{Kind: "goto", Chain: "no-such-chain"}}},
+		{Kind: OpAddRule, Table: shard, Chain: web, Rule: Rule{Verdict{Kind: verdictGoto, Chain: "no-such-chain"}}},
 	}}
 	err := b.apply(bad)
 	if err == nil {
@@ -214,7 +214,7 @@ func TestBatchOverManyChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	full := b.LastSync()
-	enc, err := b.encoder.encode(planRuleset(Build(st, b.cfg), map[string]inventory{}, false))
+	enc, err := b.encoder.encode(planRuleset(build(st, b.cfg), map[string]inventory{}, false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestBatchOverManyChunks(t *testing.T) {
 		}
 	}
 	last := &Chain{Name: shared("IPv4").services}
-	bad.add(Op{Kind: OpAddRule, Table: "crossproxy", Chain: last, Rule: Rule{Verdict{Kind: "goto", Chain: "no-such-chain"}}})
+	bad.add(Op{Kind: OpAddRule, Table: "crossproxy", Chain: last, Rule: Rule{Verdict{Kind: verdictGoto, Chain: "no-such-chain"}}})
 	err = b.apply(bad)
 	if err == nil {
 		t.Fatal("the kernel accepted a goto to a missing chain")

@@ -39,7 +39,7 @@ func benchSizes(b *testing.B, def ...int) []int {
 // shared maps), so both can be measured on the same machine.
 func newBenchBackend(b *testing.B, ns string) *Backend {
 	be := newTestBackend(b, ns)
-	be.cfg.OwnChains = os.Getenv("BENCH_OWN_CHAINS") == "1"
+	be.cfg.ownChains = os.Getenv("BENCH_OWN_CHAINS") == "1"
 	return be
 }
 

@@ -27,10 +27,11 @@ type Config struct {
 	// Shards is the number of shard tables; 0 means ShardCount of the
 	// number of Service ports with chains of their own.
 	Shards int
-	// OwnChains gives every port chains of its own in the shards, as
+	// ownChains gives every port chains of its own in the shards, as
 	// crossproxy did before the shared-map layout (maps.go): what the
-	// migration test starts from.
-	OwnChains bool
+	// migration test starts from and what the benchmarks compare with
+	// (BENCH_OWN_CHAINS). Unexported, so only this package's tests set it.
+	ownChains bool
 }
 
 // defaultTable is the table name used when none is configured.
@@ -217,9 +218,13 @@ func parsePortChain(name string) (kind, service string, ok bool) {
 	return parts[0], fields[0] + "/" + fields[1], true
 }
 
-// Build computes the whole ruleset for a NodeState, without the ports
+// Render prints, in nft syntax, the ruleset the backend would program for a
+// NodeState: what `crossproxy render --platform linux` shows on any OS.
+func Render(state *core.NodeState, cfg Config) string { return build(state, cfg).Text() }
+
+// build computes the whole ruleset for a NodeState, without the ports
 // inexpressible refuses (listed in Skipped).
-func Build(state *core.NodeState, cfg Config) *ruleset {
+func build(state *core.NodeState, cfg Config) *ruleset {
 	f := newFullBuild(state, cfg)
 	rs := &ruleset{Table: f.table, Shards: f.cfg.Shards, Globals: f.globals, Skipped: f.skipped,
 		Ports: make([]*portObjects, len(f.keys))}
@@ -385,7 +390,7 @@ func buildGlobals(state *core.NodeState, cfg Config) *globals {
 		dispatch = append(dispatch, Rule{matchFamily{f}, Dispatch{f, frontendMap(f)}})
 		// A ClusterIP packet no frontend took is for an unused port: refuse it.
 		// (The set match carries the family check that nft shows as "ip".)
-		unused = append(unused, Rule{matchAddrSet{Family: f, Set: clusterIPSet(f)}, Verdict{Kind: "goto", Chain: chainReject}})
+		unused = append(unused, Rule{matchAddrSet{Family: f, Set: clusterIPSet(f)}, Verdict{Kind: verdictGoto, Chain: chainReject}})
 	}
 	post := []Rule{{matchDNAT{}, matchMark{masqueradeMark}, clearMark{masqueradeMark}, Masquerade{}}}
 	for _, f := range g.Families {
@@ -442,7 +447,7 @@ func offClusterChains(state *core.NodeState, families []v1.IPFamily) []*Chain {
 	for _, f := range families {
 		det := state.LocalDetect[f]
 		if det.Implemented() {
-			rules := localSourceRules(f, det, Verdict{Kind: "return"})
+			rules := localSourceRules(f, det, Verdict{Kind: verdictReturn})
 			rules = append(rules, Rule{setMark{masqueradeMark}})
 			out = append(out, &Chain{Name: offClusterChain(f), Rules: rules})
 		}
@@ -466,7 +471,7 @@ func localnetGuard() *Chain {
 		matchAddr{Family: v1.IPv4Protocol, Source: true, Prefix: loopback, Invert: true},
 		matchNewConn{},
 		matchDNAT{Invert: true},
-		Verdict{Kind: "drop"},
+		Verdict{Kind: verdictDrop},
 	}}}
 }
 
@@ -523,9 +528,9 @@ func buildPort(p *core.ServicePort, detp *core.FamilyLocalDetect, cfg Config, pr
 	var rules []Rule
 	switch {
 	case p.Masquerade.All:
-		rules = append(rules, Rule{Verdict{Kind: "jump", Chain: chainMarkMasq}})
+		rules = append(rules, Rule{Verdict{Kind: verdictJump, Chain: chainMarkMasq}})
 	case p.Masquerade.OffClusterInternal && det.Implemented():
-		rules = append(rules, Rule{Verdict{Kind: "jump", Chain: offClusterChain(f)}})
+		rules = append(rules, Rule{Verdict{Kind: verdictJump, Chain: offClusterChain(f)}})
 	}
 	rules = append(rules, b.body(p.InternalEndpoints(), p.InternalEmpty)...)
 	b.o.Chains = append(b.o.Chains, &Chain{Name: svc, Rules: rules})
@@ -542,10 +547,10 @@ func buildPort(p *core.ServicePort, detp *core.FamilyLocalDetect, cfg Config, pr
 		var er []Rule
 		if !p.ExternalPolicyLocal {
 			if p.Masquerade.External {
-				er = append(er, Rule{Verdict{Kind: "jump", Chain: chainMarkMasq}})
+				er = append(er, Rule{Verdict{Kind: verdictJump, Chain: chainMarkMasq}})
 			}
 			if p.Masquerade.External && !p.InternalPolicyLocal {
-				er = append(er, Rule{Verdict{Kind: "goto", Chain: svc}})
+				er = append(er, Rule{Verdict{Kind: verdictGoto, Chain: svc}})
 			} else {
 				er = append(er, b.body(p.ExternalEndpoints(), p.ExternalEmpty)...)
 			}
@@ -563,11 +568,11 @@ func buildPort(p *core.ServicePort, detp *core.FamilyLocalDetect, cfg Config, pr
 				}
 			}
 			if det.Implemented() {
-				er = append(er, localSourceRules(f, det, Verdict{Kind: "goto", Chain: cluster})...)
+				er = append(er, localSourceRules(f, det, Verdict{Kind: verdictGoto, Chain: cluster})...)
 			}
 			er = append(er,
-				Rule{matchLocalSource{}, Verdict{Kind: "jump", Chain: chainMarkMasq}},
-				Rule{matchLocalSource{}, Verdict{Kind: "goto", Chain: cluster}})
+				Rule{matchLocalSource{}, Verdict{Kind: verdictJump, Chain: chainMarkMasq}},
+				Rule{matchLocalSource{}, Verdict{Kind: verdictGoto, Chain: cluster}})
 			er = append(er, b.body(p.LocalEndpoints, p.ExternalEmpty)...)
 		}
 		b.o.Chains = append(b.o.Chains, &Chain{Name: ext, Rules: er})
@@ -575,49 +580,68 @@ func buildPort(p *core.ServicePort, detp *core.FamilyLocalDetect, cfg Config, pr
 			fw = name("fw")
 			var fr []Rule
 			for _, r := range p.SourceRanges {
-				fr = append(fr, Rule{matchAddr{Family: f, Source: true, Prefix: r.Masked()}, Verdict{Kind: "goto", Chain: ext}})
+				fr = append(fr, Rule{matchAddr{Family: f, Source: true, Prefix: r.Masked()}, Verdict{Kind: verdictGoto, Chain: ext}})
 			}
-			fr = append(fr, Rule{Verdict{Kind: "drop"}})
+			fr = append(fr, Rule{Verdict{Kind: verdictDrop}})
 			b.o.Chains = append(b.o.Chains, &Chain{Name: fw, Rules: fr})
 		}
 	}
 
-	targets := map[string]string{"svc": svc, "ext": ext, "fw": fw}
-	b.o.Frontends = frontendTargets(p, cfg)
-	for i := range b.o.Frontends {
-		b.o.Frontends[i].Chain = targets[b.o.Frontends[i].Chain]
+	chains := [...]string{pathInternal: svc, pathExternal: ext, pathFirewall: fw}
+	targets := frontendTargets(p, cfg)
+	b.o.Frontends = make([]element, len(targets))
+	for i, t := range targets {
+		b.o.Frontends[i] = t.element
+		b.o.Frontends[i].Chain = chains[t.path]
 	}
 
 	b.o.Endpoints = endpointAddrs(p)
 	return b.o
 }
 
-// frontendTargets are p's frontends as elements whose Chain is "svc" for
-// internal traffic, "ext" or "fw" (LoadBalancer IPs with source ranges) for
-// external traffic; with localhost NodePorts, the 127.0.0.1 NodePort too.
-func frontendTargets(p *core.ServicePort, cfg Config) []element {
+// frontendPath is the path a frontend's packets take through a port's
+// rules: the internal one (a ClusterIP's), the external one, or the external
+// one behind the source-range check (a LoadBalancer IP with
+// loadBalancerSourceRanges).
+type frontendPath uint8
+
+const (
+	pathInternal frontendPath = iota
+	pathExternal
+	pathFirewall
+)
+
+// frontendTarget is one frontend of a port and the path its packets take.
+type frontendTarget struct {
+	element
+	path frontendPath
+}
+
+// frontendTargets are p's frontends with their paths; with localhost
+// NodePorts, the 127.0.0.1 NodePort too.
+func frontendTargets(p *core.ServicePort, cfg Config) []frontendTarget {
 	hasNodePort, hasLB := false, false
 	for _, fe := range p.Frontends {
 		hasLB = hasLB || fe.Kind == core.FrontendLoadBalancer
 		hasNodePort = hasNodePort || fe.Kind == core.FrontendNodePort
 	}
-	out := make([]element, 0, len(p.Frontends)+1)
+	out := make([]frontendTarget, 0, len(p.Frontends)+1)
 	for _, fe := range p.Frontends {
-		target := "svc"
+		path := pathInternal
 		switch {
 		case fe.Kind == core.FrontendLoadBalancer && hasLB && len(p.SourceRanges) > 0:
-			target = "fw"
+			path = pathFirewall
 		case fe.Kind.External():
-			target = "ext"
+			path = pathExternal
 		}
-		out = append(out, element{Addr: fe.Addr, Proto: p.Protocol, Port: fe.Port, Chain: target, Comment: string(fe.Kind)})
+		out = append(out, frontendTarget{element{Addr: fe.Addr, Proto: p.Protocol, Port: fe.Port, Comment: string(fe.Kind)}, path})
 	}
 	// The localhost frontend follows the core's NodePort frontends: a port
 	// whose NodePort another Service claimed has none, and a second
 	// 127.0.0.1 element of that port would make the kernel refuse the batch.
 	if cfg.LocalhostNodePorts && p.Key.Family == v1.IPv4Protocol && hasNodePort {
-		out = append(out, element{Addr: netip.AddrFrom4([4]byte{127, 0, 0, 1}), Proto: p.Protocol,
-			Port: p.NodePort, Chain: "ext", Comment: string(core.FrontendNodePort)})
+		out = append(out, frontendTarget{element{Addr: netip.AddrFrom4([4]byte{127, 0, 0, 1}), Proto: p.Protocol,
+			Port: p.NodePort, Comment: string(core.FrontendNodePort)}, pathExternal})
 	}
 	return out
 }
@@ -653,9 +677,9 @@ func (b *portBuilder) body(eps []core.Endpoint, empty core.Verdict) []Rule {
 	f := b.p.Key.Family
 	if len(eps) == 0 {
 		if empty == core.VerdictDrop {
-			return []Rule{{Verdict{Kind: "drop"}}}
+			return []Rule{{Verdict{Kind: verdictDrop}}}
 		}
-		return []Rule{{Verdict{Kind: "goto", Chain: chainReject}}}
+		return []Rule{{Verdict{Kind: verdictGoto, Chain: chainReject}}}
 	}
 	// One rule per endpoint (two with affinity), each sized exactly: at
 	// 100,000 Services these rules are most of what the backend keeps.

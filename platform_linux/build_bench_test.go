@@ -16,7 +16,7 @@ func BenchmarkBuildPlan10k(b *testing.B) {
 	st := scaleStateN(10000, 10)
 	b.ReportAllocs()
 	for b.Loop() {
-		rs := Build(st, Config{})
+		rs := build(st, Config{})
 		planRuleset(rs, nil, false)
 	}
 }

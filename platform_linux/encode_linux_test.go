@@ -143,7 +143,7 @@ func encodeBatch(c *nftables.Conn, batch *batch) error {
 // consecutive sequence numbers from the first, and an ACK asked only by the
 // last command.
 func TestOpEncodingMatchesLibrary(t *testing.T) {
-	rs := Build(testState(t), Config{Table: "crossproxy", LocalhostNodePorts: true})
+	rs := build(testState(t), Config{Table: "crossproxy", LocalhostNodePorts: true})
 	existing := map[string]inventory{
 		"crossproxy":   {Chains: []string{"old-chain"}, Sets: []string{"old-set", "cluster-ips-v4"}},
 		"crossproxy-0": {Sets: []string{"frontends-v4"}},
@@ -238,7 +238,7 @@ func TestBatchChunksStayFewForHugeBatches(t *testing.T) {
 // of the planned ruleset, over several chunks.
 func TestStreamedBatchIsTheEncodedPlan(t *testing.T) {
 	st := scaleStateN(3000, 10)
-	want, err := newRuleEncoder().encode(planRuleset(Build(st, Config{}), nil, false))
+	want, err := newRuleEncoder().encode(planRuleset(build(st, Config{}), nil, false))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,8 +20,8 @@ import (
 
 const nftMsg = unix.NFNL_SUBSYS_NFTABLES << 8
 
-// verdictGoto is NFT_GOTO (negative, written as its two's complement).
-var verdictGoto int32 = unix.NFT_GOTO
+// nftGoto is NFT_GOTO (negative, written as its two's complement).
+var nftGoto int32 = unix.NFT_GOTO
 
 // appendElementKey appends a set element's key: address, or address .
 // protocol . port (each field padded to 4 bytes), or address . address.
@@ -205,7 +205,7 @@ func appendElements(b []byte, op Op, withData bool) []byte {
 			var data, verdict int
 			b, data = nest(b, unix.NFTA_SET_ELEM_DATA)
 			b, verdict = nest(b, unix.NFTA_DATA_VERDICT)
-			b = appendU32Attr(b, unix.NFTA_VERDICT_CODE, uint32(verdictGoto))
+			b = appendU32Attr(b, unix.NFTA_VERDICT_CODE, uint32(nftGoto))
 			if e.Chain != "" {
 				b = appendStrAttr(b, unix.NFTA_VERDICT_CHAIN, e.Chain)
 			}

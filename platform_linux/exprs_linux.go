@@ -66,9 +66,9 @@ func ifname(name string) []byte {
 	return b
 }
 
-var verdictKinds = map[string]expr.VerdictKind{
-	"accept": expr.VerdictAccept, "drop": expr.VerdictDrop, "return": expr.VerdictReturn,
-	"jump": expr.VerdictJump, "goto": expr.VerdictGoto,
+var verdictKinds = map[verdictKind]expr.VerdictKind{
+	verdictAccept: expr.VerdictAccept, verdictDrop: expr.VerdictDrop, verdictReturn: expr.VerdictReturn,
+	verdictJump: expr.VerdictJump, verdictGoto: expr.VerdictGoto,
 }
 
 // familyCheck is the "meta nfproto" guard nft puts before an address match in

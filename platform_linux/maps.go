@@ -146,8 +146,8 @@ func newSharedSets(f v1.IPFamily) *sharedSets {
 func (s *sharedSets) chains(det core.FamilyLocalDetect) []*Chain {
 	f := s.fam
 	fe := func(set Set) matchFrontend { return matchFrontend{Family: f, Set: set.Name} }
-	jump := func(c string) Verdict { return Verdict{Kind: "jump", Chain: c} }
-	gotoC := func(c string) Verdict { return Verdict{Kind: "goto", Chain: c} }
+	jump := func(c string) Verdict { return Verdict{Kind: verdictJump, Chain: c} }
+	gotoC := func(c string) Verdict { return Verdict{Kind: verdictGoto, Chain: c} }
 	masqDecision := func(p pickPath) []Rule {
 		rules := []Rule{{fe(s.masq[p]), jump(chainMarkMasq)}}
 		if det.Implemented() {
@@ -174,7 +174,7 @@ func (s *sharedSets) chains(det core.FamilyLocalDetect) []*Chain {
 	}
 	for _, p := range []pickPath{pathMain, pathCluster} {
 		pick := []Rule{
-			{fe(s.drop[p]), Verdict{Kind: "drop"}},
+			{fe(s.drop[p]), Verdict{Kind: verdictDrop}},
 			{fe(s.reject[p]), gotoC(chainReject)},
 		}
 		for c := 0; c <= pickClassBits; c++ {
@@ -198,7 +198,7 @@ func (s *sharedSets) chains(det core.FamilyLocalDetect) []*Chain {
 
 // dispatchRule sends the family's shared-map frontends to its services chain.
 func (s *sharedSets) dispatchRule() Rule {
-	return Rule{matchFrontend{Family: s.fam, Set: s.frontends.Name}, Verdict{Kind: "goto", Chain: s.services}}
+	return Rule{matchFrontend{Family: s.fam, Set: s.frontends.Name}, Verdict{Kind: verdictGoto, Chain: s.services}}
 }
 
 // sharedElem is one element a shared-map port puts in a set of the main table.
@@ -218,7 +218,7 @@ type portSlots struct {
 
 // mapped reports whether port p goes in the shared-map layout.
 func (c Config) mapped(p *core.ServicePort) bool {
-	if c.OwnChains || p.Affinity.ClientIP {
+	if c.ownChains || p.Affinity.ClientIP {
 		return false
 	}
 	if len(p.SourceRanges) > 0 {
@@ -308,7 +308,7 @@ func slotsInOrder(eps []core.Endpoint) slotOrder {
 // decision and endpoint class, and its endpoints in the endpoint maps. prev
 // are the slots the port had (nil: none); the new ones are recorded in
 // o.From.slots.
-func (b *portBuilder) mapPort(frontends []element, prev *portSlots) {
+func (b *portBuilder) mapPort(frontends []frontendTarget, prev *portSlots) {
 	p, det := b.p, b.det
 	s := shared(p.Key.Family)
 	if prev == nil {
@@ -361,7 +361,7 @@ func (b *portBuilder) mapPort(frontends []element, prev *portSlots) {
 		gate.Comment = fe.Comment + " " + service
 		add(&s.frontends, gate)
 		switch {
-		case fe.Chain == "svc":
+		case fe.path == pathInternal:
 			internalMasq(pathMain, key)
 			pick(pathMain, key, order(&slots.internal, prev.internal, p.InternalEndpoints()), p.InternalEmpty)
 		case !p.ExternalPolicyLocal:

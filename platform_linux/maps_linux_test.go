@@ -360,7 +360,7 @@ func TestMigrationToSharedMapsLosesNoConnection(t *testing.T) {
 	st.Ports[web.Key] = web
 	ctx := context.Background()
 	old := newTestBackend(t, ns)
-	old.cfg.OwnChains = true
+	old.cfg.ownChains = true
 	if err := old.Sync(ctx, st, core.Changes{Full: true}); err != nil {
 		t.Fatal(err)
 	}

@@ -174,7 +174,7 @@ func TestEndpointChangeSendsOnlyElements(t *testing.T) {
 	for i, s := range steps {
 		st := mappedState(s.web, s.loc)
 		if i == 0 {
-			rs := Build(st, cfg)
+			rs := build(st, cfg)
 			c := cfg
 			c.Shards = rs.Shards
 			prev = newApplied(rs, c)
@@ -202,7 +202,7 @@ func TestEndpointChangeSendsOnlyElements(t *testing.T) {
 		plan.commit(prev)
 		// What the partial syncs left is what a full sync of the same
 		// state writes, slot order aside.
-		want := Build(st, cfg)
+		want := build(st, cfg)
 		for _, p := range want.Ports {
 			got := prev.objects(p.Key)
 			if a, b := sharedSummary(got), sharedSummary(p); a != b {
@@ -228,7 +228,7 @@ func sharedSummary(p *portObjects) string {
 // LoadBalancer source ranges keep chains of their own; every other port is
 // only shared elements.
 func TestMappedPortsFollowTheirFeatures(t *testing.T) {
-	rs := Build(testState(t), Config{})
+	rs := build(testState(t), Config{})
 	for _, p := range rs.Ports {
 		sp := p.From.port
 		own := sp.Affinity.ClientIP || (len(sp.SourceRanges) > 0 && p.Key.Service.Name == "lb")

@@ -282,7 +282,7 @@ func refOf(s stmt) stmtRef {
 	case updateAffinity:
 		return stmtRef{set: s.Set, kinds: []setKind{SetAffinity}, family: s.Family}
 	case Verdict:
-		if s.Kind == "jump" || s.Kind == "goto" {
+		if s.Kind == verdictJump || s.Kind == verdictGoto {
 			return stmtRef{chain: s.Chain}
 		}
 	}

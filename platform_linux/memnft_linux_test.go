@@ -29,7 +29,7 @@ func TestModelAgreesWithTheKernel(t *testing.T) {
 	cfg := Config{}
 	main := cfg.table()
 
-	full := planRuleset(Build(testState(t), cfg), map[string]inventory{}, false).Ops
+	full := planRuleset(build(testState(t), cfg), map[string]inventory{}, false).Ops
 	agree(t, "the full ruleset of testState", real, mem, ns, main, full)
 
 	// What the refusals are about, found in the model's copy of the rules.
@@ -52,7 +52,7 @@ func TestModelAgreesWithTheKernel(t *testing.T) {
 			}
 			for _, r := range c.rules {
 				for _, st := range r {
-					if v, ok := st.(Verdict); ok && v.Kind == "jump" && jumped == "" {
+					if v, ok := st.(Verdict); ok && v.Kind == verdictJump && jumped == "" {
 						jumped, jumpTable = v.Chain, tn
 					}
 				}
@@ -90,8 +90,8 @@ func TestModelAgreesWithTheKernel(t *testing.T) {
 		{"delete a map a rule looks up", Op{Kind: OpDelSet, Table: main, Set: endpoints.decl}},
 		{"delete a chain a verdict-map element goes to", Op{Kind: OpDelChain, Table: frontTable, Chain: &Chain{Name: fr.Chain}}},
 		{"delete a chain a rule jumps to", Op{Kind: OpDelChain, Table: jumpTable, Chain: &Chain{Name: jumped}}},
-		{"add a rule that looks up a missing set", Op{Kind: OpAddRule, Table: main, Chain: &Chain{Name: base}, Rule: Rule{matchAddrSet{Family: v1.IPv4Protocol, Set: "no-such-set"}, Verdict{Kind: "accept"}}}},
-		{"add a rule that jumps to a base chain", Op{Kind: OpAddRule, Table: main, Chain: &Chain{Name: jumped}, Rule: Rule{Verdict{Kind: "jump", Chain: base}}}},
+		{"add a rule that looks up a missing set", Op{Kind: OpAddRule, Table: main, Chain: &Chain{Name: base}, Rule: Rule{matchAddrSet{Family: v1.IPv4Protocol, Set: "no-such-set"}, Verdict{Kind: verdictAccept}}}},
+		{"add a rule that jumps to a base chain", Op{Kind: OpAddRule, Table: main, Chain: &Chain{Name: jumped}, Rule: Rule{Verdict{Kind: verdictJump, Chain: base}}}},
 		{"add an IPv6 address to an IPv4 set", Op{Kind: OpAddElements, Table: main, Set: addrs.decl, Elements: []element{v6}}},
 		{"declare a map again as another type", Op{Kind: OpAddSet, Table: main, Set: otherKind}},
 		{"add an element to a missing set", Op{Kind: OpAddElements, Table: main, Set: Set{Name: "no-such-set", Family: v1.IPv4Protocol, Kind: SetAddrs}, Elements: []element{good.Elements[0]}}},

@@ -205,10 +205,37 @@ type Masquerade struct{}
 // reject refuses the packet: a TCP reset, or ICMP port unreachable.
 type reject struct{ TCPReset bool }
 
-// Verdict ends the rule with accept, drop, return, jump or goto.
+// Verdict ends the rule with accept, drop, return, or a jump or goto to Chain.
 type Verdict struct {
-	Kind  string // "accept", "drop", "return", "jump", "goto"
+	Kind  verdictKind
 	Chain string
+}
+
+// verdictKind is how a Verdict ends a rule.
+type verdictKind uint8
+
+const (
+	verdictAccept verdictKind = iota + 1
+	verdictDrop
+	verdictReturn
+	verdictJump
+	verdictGoto
+)
+
+func (k verdictKind) String() string {
+	switch k {
+	case verdictAccept:
+		return "accept"
+	case verdictDrop:
+		return "drop"
+	case verdictReturn:
+		return "return"
+	case verdictJump:
+		return "jump"
+	case verdictGoto:
+		return "goto"
+	}
+	return fmt.Sprintf("verdict(%d)", uint8(k))
 }
 
 func ipKeyword(f v1.IPFamily) string {
@@ -300,9 +327,9 @@ func (r reject) nft() string {
 }
 func (v Verdict) nft() string {
 	if v.Chain != "" {
-		return v.Kind + " " + v.Chain
+		return v.Kind.String() + " " + v.Chain
 	}
-	return v.Kind
+	return v.Kind.String()
 }
 
 // String prints the rule in nft syntax.

@@ -12,7 +12,7 @@ import (
 )
 
 func TestPlanFullGolden(t *testing.T) {
-	rs := Build(testState(t), Config{})
+	rs := build(testState(t), Config{})
 	var aff string
 	for _, p := range rs.Ports {
 		if len(p.AffinitySets) > 0 {
@@ -35,7 +35,7 @@ func TestPlanFullGolden(t *testing.T) {
 }
 
 func TestPlanFullRecreate(t *testing.T) {
-	b := planRuleset(Build(testState(t), Config{}), map[string]inventory{"crossproxy": {Chains: []string{"x"}, Sets: []string{"y"}}}, true)
+	b := planRuleset(build(testState(t), Config{}), map[string]inventory{"crossproxy": {Chains: []string{"x"}, Sets: []string{"y"}}}, true)
 	if !strings.HasPrefix(b.Text(), "add table inet crossproxy\ndelete table inet crossproxy\nadd table inet crossproxy\n") {
 		t.Errorf("recreate must start by replacing the table:\n%s", b.Text()[:200])
 	}
@@ -49,7 +49,7 @@ func TestPlanFullRecreate(t *testing.T) {
 func TestPlanPartial(t *testing.T) {
 	st := testState(t)
 	cfg := Config{}
-	rs := Build(st, cfg)
+	rs := build(st, cfg)
 	cfg.Shards = rs.Shards
 	prev := newApplied(rs, cfg)
 
@@ -97,7 +97,7 @@ func TestPlanPartial(t *testing.T) {
 // endpoints), also after the state the ports came from is gone.
 func TestAppliedBuildsTheSameObjects(t *testing.T) {
 	cfg := Config{Shards: 3, LocalhostNodePorts: true}
-	rs := Build(testState(t), cfg)
+	rs := build(testState(t), cfg)
 	a := newApplied(rs, cfg)
 	if len(a.Ports) != len(rs.Ports) || len(rs.Ports) < 5 {
 		t.Fatalf("applied %d ports of %d", len(a.Ports), len(rs.Ports))
@@ -152,7 +152,7 @@ func TestStreamedPlanIsTheRulesetsPlan(t *testing.T) {
 		{"fixed shards", scaleStateN(300, 3), Config{Shards: 5, Table: "xp"}},
 	} {
 		for _, recreate := range []bool{false, true} {
-			rs := Build(tc.st, tc.cfg)
+			rs := build(tc.st, tc.cfg)
 			want := planRuleset(rs, existing, recreate)
 			fb := newFullBuild(tc.st, tc.cfg)
 			got := &batch{}

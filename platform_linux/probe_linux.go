@@ -112,11 +112,11 @@ func probeCommands(table string) []probeCommand {
 	for _, c := range []*Chain{prerouting, output} {
 		rule("vmap lookup of ip daddr . meta l4proto . th dport", c, matchFamily{v4}, Dispatch{Family: v4, Map: sets[v4].front.Name})
 		rule("vmap lookup of ip6 daddr . meta l4proto . th dport", c, matchFamily{v6}, Dispatch{Family: v6, Map: sets[v6].front.Name})
-		rule("address set lookup", c, matchAddrSet{Family: v4, Set: sets[v4].addrs.Name}, Verdict{Kind: "goto", Chain: probeReject})
-		rule("address set lookup", c, matchAddrSet{Family: v6, Set: sets[v6].addrs.Name}, Verdict{Kind: "goto", Chain: probeReject})
+		rule("address set lookup", c, matchAddrSet{Family: v4, Set: sets[v4].addrs.Name}, Verdict{Kind: verdictGoto, Chain: probeReject})
+		rule("address set lookup", c, matchAddrSet{Family: v6, Set: sets[v6].addrs.Name}, Verdict{Kind: verdictGoto, Chain: probeReject})
 		for _, f := range []v1.IPFamily{v4, v6} {
 			rule("set lookup of daddr . meta l4proto . th dport", c, matchFamily{f},
-				matchFrontend{Family: f, Set: sets[f].keys.Name}, Verdict{Kind: "goto", Chain: probePick})
+				matchFrontend{Family: f, Set: sets[f].keys.Name}, Verdict{Kind: verdictGoto, Chain: probePick})
 		}
 	}
 	for _, f := range []v1.IPFamily{v4, v6} {
@@ -129,11 +129,11 @@ func probeCommands(table string) []probeCommand {
 		rule("concatenated address pair lookup (hairpin)", postrouting,
 			matchFamily{f}, matchDNAT{}, matchHairpin{Family: f, Set: sets[f].pairs.Name}, Masquerade{})
 	}
-	rule("masquerade decision by source prefix", chains[probeMasq], matchAddr{Family: v4, Source: true, Prefix: cluster4}, Verdict{Kind: "return"})
-	rule("masquerade decision by source prefix", chains[probeMasq], matchAddr{Family: v6, Source: true, Prefix: cluster6, Invert: true}, Verdict{Kind: "return"})
+	rule("masquerade decision by source prefix", chains[probeMasq], matchAddr{Family: v4, Source: true, Prefix: cluster4}, Verdict{Kind: verdictReturn})
+	rule("masquerade decision by source prefix", chains[probeMasq], matchAddr{Family: v6, Source: true, Prefix: cluster6, Invert: true}, Verdict{Kind: verdictReturn})
 	rule("meta mark set", chains[probeMasq], setMark{Bit: masqueradeMark})
 	rule("meta mark set", chains[probeMark], setMark{Bit: masqueradeMark})
-	rule("jump", chains[probeSvc], Verdict{Kind: "jump", Chain: probeMasq})
+	rule("jump", chains[probeSvc], Verdict{Kind: verdictJump, Chain: probeMasq})
 	rule("session affinity (dynamic set lookup and update) with dnat", chains[probeSvc],
 		matchAddrSet{Family: v4, Source: true, Set: sets[v4].aff.Name}, updateAffinity{Family: v4, Set: sets[v4].aff.Name},
 		DNAT{Family: v4, Proto: v1.ProtocolTCP, To: pod4})
@@ -143,11 +143,11 @@ func probeCommands(table string) []probeCommand {
 		matchAddrSet{Family: v6, Source: true, Set: sets[v6].aff.Name}, updateAffinity{Family: v6, Set: sets[v6].aff.Name},
 		DNAT{Family: v6, Proto: v1.ProtocolUDP, To: pod6})
 	rule("dnat to an IPv6 address and port", chains[probeSvc6], DNAT{Family: v6, Proto: v1.ProtocolUDP, To: pod6})
-	rule("iifname match", chains[probeExt], matchIif{Name: "cbr0"}, Verdict{Kind: "goto", Chain: probeSvc})
-	rule("iifname prefix match", chains[probeExt], matchIif{Name: "veth", Prefix: true}, Verdict{Kind: "goto", Chain: probeSvc})
-	rule("fib saddr type local", chains[probeExt], matchLocalSource{}, Verdict{Kind: "jump", Chain: probeMark})
-	rule("meta l4proto match with accept", chains[probeExt], matchL4{v1.ProtocolSCTP}, Verdict{Kind: "accept"})
-	rule("drop", chains[probeExt], Verdict{Kind: "drop"})
+	rule("iifname match", chains[probeExt], matchIif{Name: "cbr0"}, Verdict{Kind: verdictGoto, Chain: probeSvc})
+	rule("iifname prefix match", chains[probeExt], matchIif{Name: "veth", Prefix: true}, Verdict{Kind: verdictGoto, Chain: probeSvc})
+	rule("fib saddr type local", chains[probeExt], matchLocalSource{}, Verdict{Kind: verdictJump, Chain: probeMark})
+	rule("meta l4proto match with accept", chains[probeExt], matchL4{v1.ProtocolSCTP}, Verdict{Kind: verdictAccept})
+	rule("drop", chains[probeExt], Verdict{Kind: verdictDrop})
 	rule("reject with tcp reset", chains[probeReject], matchL4{v1.ProtocolTCP}, reject{TCPReset: true})
 	rule("reject with icmpx port-unreachable", chains[probeReject], reject{})
 	// The elements last: they make the chains reachable from the hooks.

@@ -24,7 +24,7 @@ func TestProbeCoversTheRuleset(t *testing.T) {
 			probed[k] = true
 		}
 	}
-	for _, op := range planRuleset(Build(testState(t), Config{LocalhostNodePorts: true}), nil, false).Ops {
+	for _, op := range planRuleset(build(testState(t), Config{LocalhostNodePorts: true}), nil, false).Ops {
 		for _, k := range opKinds(op) {
 			if !probed[k] {
 				t.Errorf("the ruleset uses %s, which the kernel probe does not try (in %s)", k, describeOp(op))
@@ -48,7 +48,7 @@ func opKinds(op Op) []string {
 			k := reflect.TypeOf(s).Name()
 			switch s := s.(type) {
 			case Verdict:
-				k += " " + s.Kind
+				k += " " + s.Kind.String()
 			case reject:
 				k += fmt.Sprint(" tcp-reset=", s.TCPReset)
 			case matchIif:

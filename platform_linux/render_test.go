@@ -79,7 +79,7 @@ func testState(t testing.TB) *core.NodeState {
 }
 
 func TestRenderGolden(t *testing.T) {
-	golden.Check(t, filepath.Join("testdata", "render.nft"), Build(testState(t), Config{LocalhostNodePorts: true}).Text())
+	golden.Check(t, filepath.Join("testdata", "render.nft"), build(testState(t), Config{LocalhostNodePorts: true}).Text())
 }
 
 // TestBuildSkipsInexpressiblePorts: a port the kernel would refuse is left
@@ -89,7 +89,7 @@ func TestBuildSkipsInexpressiblePorts(t *testing.T) {
 	p := *st.Ports[key("default", "web", "http", v1.ProtocolTCP, v1.IPv4Protocol)]
 	p.Key = key("default", strings.Repeat("n", 250), "http", v1.ProtocolTCP, v1.IPv4Protocol)
 	st.Ports[p.Key] = &p
-	rs := Build(st, Config{})
+	rs := build(st, Config{})
 	if len(rs.Skipped) != 1 || rs.Skipped[0].Key != p.Key || len(rs.Ports) != len(st.Ports)-1 {
 		t.Fatalf("skipped %+v, kept %d of %d", rs.Skipped, len(rs.Ports), len(st.Ports))
 	}

@@ -8,5 +8,5 @@ import (
 // renderNFT prints the nftables ruleset the Linux backend would program.
 func renderNFT(state *core.NodeState) (string, error) {
 	o := linuxRenderOptions
-	return nft.Build(state, nft.Config{Table: o.Table, LocalhostNodePorts: o.LocalhostNodePorts}).Text(), nil
+	return nft.Render(state, nft.Config{Table: o.Table, LocalhostNodePorts: o.LocalhostNodePorts}), nil
 }
