@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand"
 	"net/netip"
 	"sort"
 	"strings"
@@ -12,13 +11,10 @@ import (
 	"testing"
 
 	"github.com/sirupsen/logrus"
-	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/crossproxy/crossproxy/core"
 	"github.com/crossproxy/crossproxy/internal/golden"
-	"github.com/crossproxy/crossproxy/internal/testobj"
+	"github.com/crossproxy/crossproxy/internal/teststate"
 )
 
 // These tests run the Backend's sync, diff, drift and repair logic against
@@ -414,172 +410,6 @@ func TestMemCheckDrift(t *testing.T) {
 	}
 }
 
-// clusterModel is a random cluster the property test changes step by step,
-// laid out as kubeadm with flannel lays one out: Services in 10.96.0.0/12
-// and fd00:96::/112, pods in 10.244.0.0/16 (node-a 10.244.1.0/24, node-b
-// 10.244.2.0/24) and fd00:244::/56, node addresses in 192.168.1.0/24.
-type clusterModel struct {
-	rng      *rand.Rand
-	services map[string]*v1.Service
-	slices   map[string][]*discovery.EndpointSlice
-	next     int
-}
-
-const propNode = "node-a"
-
-func (c *clusterModel) newService() (*v1.Service, []*discovery.EndpointSlice) {
-	c.next++
-	name := fmt.Sprintf("svc-%d", c.next)
-	svc := testobj.Service("default", name, fmt.Sprintf("10.96.%d.%d", c.next/200, c.next%200+1))
-	svc.Spec.Ports[0].TargetPort = intstr.FromInt32(8080)
-	if c.rng.Intn(3) == 0 {
-		svc.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
-		svc.Spec.ClusterIPs = append(svc.Spec.ClusterIPs, fmt.Sprintf("fd00:96::%x", c.next))
-	}
-	c.mutateService(svc)
-	return svc, c.slicesFor(svc)
-}
-
-// mutateService picks a type, policies, affinity and source ranges at random;
-// affinity and source ranges move a port between the shared-map layout and
-// chains of its own.
-func (c *clusterModel) mutateService(svc *v1.Service) {
-	r := c.rng
-	svc.Spec.Type = []v1.ServiceType{v1.ServiceTypeClusterIP, v1.ServiceTypeNodePort, v1.ServiceTypeLoadBalancer}[r.Intn(3)]
-	svc.Spec.Ports = svc.Spec.Ports[:1]
-	if r.Intn(3) == 0 {
-		svc.Spec.Ports = append(svc.Spec.Ports, v1.ServicePort{Name: "dns", Port: 53, Protocol: v1.ProtocolUDP, TargetPort: intstr.FromInt32(5353)})
-	}
-	svc.Status = v1.ServiceStatus{}
-	svc.Spec.ExternalTrafficPolicy, svc.Spec.LoadBalancerSourceRanges, svc.Spec.HealthCheckNodePort = "", nil, 0
-	for i := range svc.Spec.Ports {
-		svc.Spec.Ports[i].NodePort = 0
-	}
-	if svc.Spec.Type != v1.ServiceTypeClusterIP {
-		for i := range svc.Spec.Ports {
-			svc.Spec.Ports[i].NodePort = int32(30000 + c.next*2 + i)
-		}
-		svc.Spec.ExternalTrafficPolicy = []v1.ServiceExternalTrafficPolicy{v1.ServiceExternalTrafficPolicyCluster, v1.ServiceExternalTrafficPolicyLocal}[r.Intn(2)]
-	}
-	if svc.Spec.Type == v1.ServiceTypeLoadBalancer {
-		svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: fmt.Sprintf("198.51.100.%d", c.next%250+1)}}
-		if svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
-			svc.Spec.HealthCheckNodePort = int32(32000 + c.next)
-		}
-		if r.Intn(3) == 0 {
-			svc.Spec.LoadBalancerSourceRanges = []string{"203.0.113.0/24"}
-		}
-	}
-	svc.Spec.ExternalIPs = nil
-	if r.Intn(5) == 0 {
-		svc.Spec.ExternalIPs = []string{fmt.Sprintf("192.0.2.%d", c.next%250+1)}
-	}
-	svc.Spec.SessionAffinity, svc.Spec.SessionAffinityConfig = v1.ServiceAffinityNone, nil
-	if r.Intn(4) == 0 {
-		svc.Spec.SessionAffinity = v1.ServiceAffinityClientIP
-		svc.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: testobj.Ptr(int32(60 + r.Intn(100)))}}
-	}
-	svc.Spec.InternalTrafficPolicy = nil
-	if r.Intn(5) == 0 {
-		svc.Spec.InternalTrafficPolicy = testobj.Ptr(v1.ServiceInternalTrafficPolicyLocal)
-	}
-}
-
-// slicesFor makes the Service's EndpointSlices: 0 to 40 endpoints per
-// family on both nodes, some not ready, some terminating.
-func (c *clusterModel) slicesFor(svc *v1.Service) []*discovery.EndpointSlice {
-	var out []*discovery.EndpointSlice
-	fams := svc.Spec.IPFamilies
-	if len(fams) == 0 {
-		fams = []v1.IPFamily{v1.IPv4Protocol}
-	}
-	for _, fam := range fams {
-		n := c.rng.Intn(41)
-		if c.rng.Intn(4) == 0 {
-			n = c.rng.Intn(3)
-		}
-		sl := testobj.Slice(svc.Namespace, fmt.Sprintf("%s-%s", svc.Name, strings.ToLower(string(fam))), svc.Name)
-		sl.Ports = []discovery.EndpointPort{testobj.SlicePort("http", v1.ProtocolTCP, 8080), testobj.SlicePort("dns", v1.ProtocolUDP, 5353)}
-		if fam == v1.IPv6Protocol {
-			sl.AddressType = discovery.AddressTypeIPv6
-		}
-		seen := map[string]bool{}
-		for i := 0; i < n; i++ {
-			node, host := "node-a", 1
-			if c.rng.Intn(2) == 0 {
-				node, host = "node-b", 2
-			}
-			addr := fmt.Sprintf("10.244.%d.%d", host, 2+c.rng.Intn(250))
-			if fam == v1.IPv6Protocol {
-				addr = fmt.Sprintf("fd00:244:0:%d::%x", host, 2+c.rng.Intn(250))
-			}
-			if seen[addr] {
-				continue
-			}
-			seen[addr] = true
-			e := testobj.Endpoint(addr, node)
-			switch c.rng.Intn(8) {
-			case 0:
-				e.Conditions = discovery.EndpointConditions{Ready: testobj.Ptr(false), Serving: testobj.Ptr(true), Terminating: testobj.Ptr(true)}
-			case 1:
-				e.Conditions = discovery.EndpointConditions{Ready: testobj.Ptr(false)}
-			}
-			sl.Endpoints = append(sl.Endpoints, e)
-		}
-		out = append(out, sl)
-	}
-	return out
-}
-
-func (c *clusterModel) upsert(tr *core.Tracker, svc *v1.Service, slices []*discovery.EndpointSlice) {
-	for _, old := range c.slices[svc.Name] {
-		tr.DeleteSlice(old)
-	}
-	c.services[svc.Name], c.slices[svc.Name] = svc, slices
-	tr.UpsertService(svc)
-	for _, s := range slices {
-		tr.UpsertSlice(s)
-	}
-}
-
-// step changes the cluster at random: a Service added or removed, its
-// endpoints or its spec changed.
-func (c *clusterModel) step(tr *core.Tracker) {
-	names := make([]string, 0, len(c.services))
-	for n := range c.services {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	switch op := c.rng.Intn(10); {
-	case op < 2 || len(names) == 0:
-		svc, sl := c.newService()
-		c.upsert(tr, svc, sl)
-	case op < 3:
-		n := names[c.rng.Intn(len(names))]
-		for _, s := range c.slices[n] {
-			tr.DeleteSlice(s)
-		}
-		tr.DeleteService(c.services[n])
-		delete(c.services, n)
-		delete(c.slices, n)
-	case op < 7:
-		n := names[c.rng.Intn(len(names))]
-		c.upsert(tr, c.services[n], c.slicesFor(c.services[n]))
-	default:
-		n := names[c.rng.Intn(len(names))]
-		svc := c.services[n].DeepCopy()
-		c.mutateService(svc)
-		c.upsert(tr, svc, c.slices[n])
-	}
-}
-
-func propOptions() core.Options {
-	return core.Options{
-		IPFamilies:  []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol},
-		LocalDetect: core.LocalDetect{Mode: core.LocalDetectClusterCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:244::/56")}},
-	}
-}
-
 // TestMemPartialSyncsEqualFullSync drives random sequences of cluster
 // changes through the core's Tracker and the Backend's partial syncs, as
 // the runner does, and checks after every step that the model holds exactly
@@ -593,28 +423,17 @@ func TestMemPartialSyncsEqualFullSync(t *testing.T) {
 	}
 	for seed := 1; seed <= seeds; seed++ {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
-			c := &clusterModel{rng: rand.New(rand.NewSource(int64(seed))), services: map[string]*v1.Service{}, slices: map[string][]*discovery.EndpointSlice{}}
-			tr, err := core.NewTracker(propOptions())
-			if err != nil {
-				t.Fatal(err)
-			}
-			tr.SetNode(testobj.Node(propNode, "zone-a", "192.168.1.10", "fd00:192::10"))
-			for i := 0; i < 6; i++ {
-				svc, sl := c.newService()
-				c.upsert(tr, svc, sl)
-			}
+			c := teststate.NewCluster(t, int64(seed), teststate.FlannelDualStack())
 			b, m := newMemBackend(t, Config{LocalhostNodePorts: true})
-			st, ch := tr.Snapshot()
+			st, ch := c.Snapshot()
 			memSync(t, b, st, ch)
 			partial := 0
 			for i := 0; i < steps; i++ {
-				for n := 1 + c.rng.Intn(3); n > 0; n-- {
-					c.step(tr)
-				}
+				c.Step()
 				if i%13 == 12 {
-					tr.ForceFull()
+					c.ForceFull()
 				}
-				st, ch = tr.Snapshot()
+				st, ch = c.Snapshot()
 				memSync(t, b, st, ch)
 				if !b.LastSync().Full {
 					partial++
