@@ -26,9 +26,24 @@ msibuild "$msi" -q "UPDATE \`Property\` SET \`Value\` = '$secure' WHERE \`Proper
 # Attributes is part of the Upgrade table's key, so the table is rewritten.
 msiinfo export "$msi" Upgrade | awk -F'\t' 'BEGIN{OFS="\t"} {sub(/\r$/, "")} NR>3 && $7=="WIX_UPGRADE_DETECTED"{$5=513} {printf "%s\r\n", $0}' > "$stage/Upgrade.idt"
 msibuild "$msi" -i "$stage/Upgrade.idt"
+# Restart on failure, as `crossproxy service install` sets it (5 s, 10 s, 30 s,
+# reset after a day): the MsiServiceConfigFailureActions table (Windows
+# Installer 5.0), which wixl cannot write, run by the MsiConfigureServices
+# action between InstallServices (5800) and StartServices (5900). Event 5 =
+# install (1) + reinstall (4); Actions 1 = SC_ACTION_RESTART.
+printf '%s\r\n' \
+  $'MsiServiceConfigFailureActions\tName\tEvent\tResetPeriod\tRebootMessage\tCommand\tActions\tDelayActions\tComponent_' \
+  $'s72\ts255\ti2\tI4\tS255\tS255\tS255\tS255\ts72' \
+  $'MsiServiceConfigFailureActions\tMsiServiceConfigFailureActions' \
+  $'CrossproxyRestart\tcrossproxy\t5\t86400\t\t\t1[~]1[~]1\t5000[~]10000[~]30000\tCrossproxyExe' \
+  > "$stage/MsiServiceConfigFailureActions.idt"
+msibuild "$msi" -i "$stage/MsiServiceConfigFailureActions.idt"
+msibuild "$msi" -q "INSERT INTO \`InstallExecuteSequence\` (\`Action\`, \`Condition\`, \`Sequence\`) VALUES ('MsiConfigureServices', 'VersionMsi >= \"5.00\"', 5850)"
 # (grep reads whole exports: with -q and pipefail, SIGPIPE would fail them.)
 msiinfo export "$msi" Component > "$stage/Component.idt"
 msiinfo export "$msi" Upgrade > "$stage/Upgrade.check"
+msiinfo export "$msi" MsiServiceConfigFailureActions > "$stage/FailureActions.check"
+grep -qP '^CrossproxyRestart\tcrossproxy\t5\t86400\t\t\t1\[~\]1\[~\]1\t' "$stage/FailureActions.check" || { echo "msi: restart on failure not set" >&2; exit 1; }
 grep -qP '^ConfigFile\t.*\t400\t' "$stage/Component.idt" || { echo "msi: ConfigFile attributes not set" >&2; exit 1; }
 grep -qP '\t513\t\tWIX_UPGRADE_DETECTED\r?$' "$stage/Upgrade.check" || { echo "msi: upgrade attributes not set" >&2; exit 1; }
 if [ -n "${CERT:-}" ]; then bash "$here/sign.sh" "$msi"; fi

@@ -140,6 +140,11 @@ func TestSourceVIPWaitsForCalico(t *testing.T) {
 	if err := b2.Sync(ctx, calicoState(), full()); err != nil || lbSourceVIPs(f2) != "192.168.45.67" {
 		t.Fatalf("Calico_ep appeared late: %v, source VIP %q", err, lbSourceVIPs(f2))
 	}
+	// crossproxy's own source VIP is given back: endpoint and reservation.
+	noOwnSourceVIPEndpoint(t, f2)
+	if d, _ := b2.cfg.Ledger.Load(); d.SourceVIP != nil || ipam.releases != 1 || len(ipam.held) != 0 {
+		t.Fatalf("after Calico_ep took over: ledger %+v, %d releases, held %v", d.SourceVIP, ipam.releases, ipam.held)
+	}
 }
 
 // TestSourceVIPFromNetworkSubnet: flannel's vxlan0 reports the node's pod

@@ -66,6 +66,18 @@ const winOverlayList = `{
   ]
 }`
 
+// tempDir is t.TempDir that also works under Wine 8, whose os.RemoveAll
+// fails (test/mk/windows.mk): what is left there is the Wine prefix's.
+func tempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "crossproxy-cni")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
 func writeConf(t *testing.T, dir, name, body string) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -81,7 +93,7 @@ func writeConf(t *testing.T, dir, name, body string) {
 // flannel's gives host-local by default, Calico's its calico-ipam, a
 // .conflist its first plugin's IPAM; none found names the directories.
 func TestReadCNIConfig(t *testing.T) {
-	root := t.TempDir()
+	root := tempDir(t)
 	etc, containerd, k := filepath.Join(root, "etc-cni-net.d"), filepath.Join(root, "containerd-conf"), filepath.Join(root, "k-cni-config")
 	writeConf(t, containerd, "0-containerd-nat.json", `{"cniVersion": "0.2.0", "name": "nat", "type": "nat", "master": "Ethernet"}`)
 	writeConf(t, etc, "05-broken.conf", `{"name": `)

@@ -169,7 +169,7 @@ printf '%%s' "$conf" | exec %s/host-local
 // TestNonHostLocalIPAM: Calico's calico-ipam cannot reserve the source VIP
 // through crossproxy: the error names the IPAM and the options to set.
 func TestNonHostLocalIPAM(t *testing.T) {
-	dir := t.TempDir()
+	dir := tempDir(t)
 	writeConf(t, dir, "10-calico.conf", calicoVXLAN)
 	conf, err := ReadCNIConfig([]string{dir})
 	if err != nil {

@@ -89,6 +89,9 @@ func (b *Backend) reconcile(ctx context.Context, plan hnsPlan, scope map[core.Po
 	}
 	if full {
 		r.collectEndpoints(ctx, plan)
+		if len(r.failures) == 0 {
+			r.retireOwnSourceVIP(ctx, plan)
+		}
 	}
 	if err := b.saveLedger(); err != nil {
 		r.failures = append(r.failures, err)
@@ -370,6 +373,29 @@ func (r *round) collectEndpoints(ctx context.Context, plan hnsPlan) {
 		dups := b.dupRemotes
 		b.dupRemotes = nil
 		r.deleteEndpoints(ctx, "remote endpoint with a local twin", dups)
+	}
+}
+
+// retireOwnSourceVIP gives up crossproxy's own source VIP once another
+// took its place (calico-node's Calico_ep appeared after the wait) and every
+// load balancer of this full sync uses the new one: its endpoint is deleted
+// and its reservation released, so the address goes back to the pods.
+func (r *round) retireOwnSourceVIP(ctx context.Context, plan hnsPlan) {
+	b := r.b
+	if plan.SourceVIPEndpoint == nil && !b.sourceVIP.IsValid() {
+		return
+	}
+	var stale []Endpoint
+	for _, ep := range b.byIP {
+		if !ep.Remote && ep.Name == sourceVIPEndpointName && ep.IP != b.sourceVIP {
+			stale = append(stale, ep)
+		}
+	}
+	r.deleteEndpoints(ctx, "former source-VIP endpoint", stale)
+	if res := b.ledger.SourceVIP; res != nil && res.Address != b.sourceVIP && len(r.failures) == 0 {
+		if err := b.releaseSourceVIP(ctx); err != nil {
+			r.fail(nil, err)
+		}
 	}
 }
 

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -130,4 +134,22 @@ func nodeCNI(b platform.BackendConfig, cniPath string, log logrus.FieldLogger) (
 		ipam.DataDir = b.CNIDataDir
 	}
 	return conf, ipam
+}
+
+// hostProcessConfigHint explains a config file missing at its path in a
+// Windows HostProcess container (mountPoint is CONTAINER_SANDBOX_MOUNT_POINT)
+// when the file is under the container's mount point instead: containerd
+// before 1.7 mounts HostProcess volumes only there, while the DaemonSet
+// needs them bind-mounted where the manifest says. Any other error is
+// returned as it is.
+func hostProcessConfigHint(path, mountPoint string, err error) error {
+	if mountPoint == "" || !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	under := filepath.Join(mountPoint, strings.TrimPrefix(path, filepath.VolumeName(path)))
+	if _, statErr := os.Stat(under); statErr != nil {
+		return err
+	}
+	return fmt.Errorf("%w: the file is at %s, under the container's mount point: this containerd mounts HostProcess volumes only there "+
+		"(containerd before 1.7); the DaemonSet needs containerd 1.7 or later", err, under)
 }

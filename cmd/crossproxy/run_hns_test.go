@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -86,5 +89,37 @@ func TestNodeCNI(t *testing.T) {
 	c, ipam = nodeCNI(platform.BackendConfig{CNIConfDir: filepath.Join(dir, "missing")}, "", log)
 	if c != nil || ipam.Network != "" || !reflect.DeepEqual(ipam.BinDirs, hns.CNIBinDirs) {
 		t.Fatalf("no configuration: %s %+v", c, ipam)
+	}
+}
+
+// TestHostProcessConfigHint: a config missing at its path but present under
+// the HostProcess container's mount point (containerd before 1.7) gets an
+// error saying the DaemonSet needs containerd 1.7; otherwise the error is
+// unchanged.
+func TestHostProcessConfigHint(t *testing.T) {
+	mount := t.TempDir()
+	path := filepath.Join(string(filepath.Separator), "etc", "crossproxy", "config.yaml")
+	if err := os.MkdirAll(filepath.Join(mount, "etc", "crossproxy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mount, "etc", "crossproxy", "config.yaml"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := fmt.Errorf("read config: %w", fs.ErrNotExist)
+	err := hostProcessConfigHint(path, mount, missing)
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "the DaemonSet needs containerd 1.7 or later") {
+		t.Fatalf("config under the mount point: %v", err)
+	}
+	for name, c := range map[string]struct {
+		mount string
+		err   error
+	}{
+		"not in a HostProcess container": {"", missing},
+		"not under the mount point":      {t.TempDir(), missing},
+		"another error":                  {mount, errors.New("parse YAML: bad")},
+	} {
+		if got := hostProcessConfigHint(path, c.mount, c.err); got != c.err {
+			t.Errorf("%s: %v, want the error unchanged", name, got)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -68,7 +69,7 @@ func (rk *runKube) apply(changed func(flag string) bool, ro *runOptions) (notes 
 	cfg := config.Default(runtime.GOOS)
 	if rk.configFile != "" {
 		if cfg, err = config.Load(rk.configFile, runtime.GOOS); err != nil {
-			return nil, err
+			return nil, hostProcessConfigHint(rk.configFile, os.Getenv("CONTAINER_SANDBOX_MOUNT_POINT"), err)
 		}
 		for _, ig := range cfg.Ignored {
 			notes = append(notes, "config field ignored: "+ig.String())

@@ -7,7 +7,24 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"gopkg.in/natefinch/lumberjack.v2"
 )
+
+// The service's log file rotates by size so a node that logs for months
+// keeps a bounded amount: at serviceLogMaxMB megabytes the file is renamed
+// with a time stamp and a new one begun, and only the newest
+// serviceLogBackups renamed files stay (at most 60 MB in all).
+const (
+	serviceLogMaxMB   = 10
+	serviceLogBackups = 5
+)
+
+// rotatingLog is the service's log file at path, rotated by size (maxMB
+// megabytes, keeping backups older files).
+func rotatingLog(path string, maxMB, backups int) *lumberjack.Logger {
+	return &lumberjack.Logger{Filename: path, MaxSize: maxMB, MaxBackups: backups, LocalTime: true}
+}
 
 // Event ids the Windows service writes to the event log.
 const (

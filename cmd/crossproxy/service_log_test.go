@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 type recordedEvents struct {
@@ -57,5 +61,49 @@ func TestServiceLogRouting(t *testing.T) {
 	tee.line(`level=error msg=x`)
 	if !strings.Contains(file.String(), "event log write failed: event log full") {
 		t.Fatalf("a failed event write must be noted:\n%s", file.String())
+	}
+}
+
+// TestServiceLogRotates: the service's log file is renamed at its size
+// limit and a new one begun, and only the newest backups stay, so the log
+// of a long-running node takes a bounded amount of disk.
+func TestServiceLogRotates(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "crossproxy.log")
+	l := rotatingLog(path, 1, 2)
+	line := strings.Repeat("x", 1023) + "\n"
+	for range 5 * 1024 { // 5 MiB in 1 KiB lines: four rotations at 1 MiB
+		if _, err := io.WriteString(l, line); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		es, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = files[:0]
+		for _, e := range es {
+			files = append(files, e.Name())
+		}
+		// Old backups are removed in the background after a rotation.
+		if len(files) <= 3 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(files) != 3 {
+		t.Fatalf("log files %v, want the current one and 2 backups", files)
+	}
+	for _, f := range files {
+		st, err := os.Stat(filepath.Join(dir, f))
+		if err != nil || st.Size() > 1<<20 {
+			t.Fatalf("%s: %v bytes (%v), want at most 1 MiB", f, st.Size(), err)
+		}
 	}
 }

@@ -274,14 +274,19 @@ func runService(name, logFile string, run []string) error {
 	if err := os.MkdirAll(filepath.Dir(logFile), 0o755); err != nil {
 		return fmt.Errorf("flag --log-file: %w", err)
 	}
-	f, err := os.OpenFile(logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return fmt.Errorf("flag --log-file: %w", err)
-	}
+	f := rotatingLog(logFile, serviceLogMaxMB, serviceLogBackups)
 	defer f.Close() //nolint:errcheck // written through the pipe below
-	// A crash bypasses the pipe (the process dies with it): the runtime writes it here.
-	if err := debug.SetCrashOutput(f, debug.CrashOptions{}); err != nil {
-		fmt.Fprintf(f, "crash output not redirected: %v\n", err)
+	// A crash bypasses the pipe (the process dies with it): the runtime
+	// writes it to a file of its own, which an open handle would otherwise
+	// keep the log from being renamed at rotation (Windows).
+	crashFile := strings.TrimSuffix(logFile, filepath.Ext(logFile)) + "-crash.log"
+	if c, err := os.OpenFile(crashFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err != nil {
+		fmt.Fprintf(f, "crash output not redirected to %s: %v\n", crashFile, err)
+	} else {
+		defer c.Close() //nolint:errcheck // only the runtime writes to it
+		if err := debug.SetCrashOutput(c, debug.CrashOptions{}); err != nil {
+			fmt.Fprintf(f, "crash output not redirected: %v\n", err)
+		}
 	}
 	tee := &logTee{file: f}
 	elog, err := eventlog.Open(name)

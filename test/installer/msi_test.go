@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -121,6 +122,12 @@ func TestMSITables(t *testing.T) {
 		t.Errorf("ServiceInstall: %q, want crossproxy, own process (16), automatic (2), LocalSystem, [SERVICEARGS], on CrossproxyExe", si)
 	}
 	// Event 163: start on install (1), stop on install (2) and uninstall (32), delete on uninstall (128).
+	// Restart on failure (5 s, 10 s, 30 s; reset after a day), as `crossproxy
+	// service install` sets it, on install and reinstall (Event 1 + 4).
+	fa := keyed(msiTable(t, msi, "MsiServiceConfigFailureActions"))["CrossproxyRestart"]
+	if want := []string{"CrossproxyRestart", "crossproxy", "5", "86400", "", "", "1[~]1[~]1", "5000[~]10000[~]30000", "CrossproxyExe"}; !slices.Equal(fa, want) {
+		t.Errorf("MsiServiceConfigFailureActions: %q, want %q", fa, want)
+	}
 	sc := keyed(msiTable(t, msi, "ServiceControl"))["CrossproxyService"]
 	if sc == nil || sc[1] != "crossproxy" || sc[2] != "163" || sc[4] != "1" || sc[5] != "CrossproxyExe" {
 		t.Errorf("ServiceControl: %q, want crossproxy, event 163, wait, on CrossproxyExe", sc)
@@ -184,7 +191,8 @@ func TestMSITables(t *testing.T) {
 	before("InstallValidate", "RemoveExistingProducts")
 	before("RemoveExistingProducts", "InstallInitialize")
 	before("InstallFiles", "InstallServices")
-	before("InstallServices", "StartServices")
+	before("InstallServices", "MsiConfigureServices")
+	before("MsiConfigureServices", "StartServices")
 	before("StopServices", "DeleteServices")
 
 	ca := keyed(msiTable(t, msi, "CustomAction"))
