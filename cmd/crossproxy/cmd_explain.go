@@ -30,16 +30,16 @@ import (
 
 // explainOptions is everything `crossproxy explain` is configured with.
 type explainOptions struct {
-	nodeName    string
-	configFile  string
-	changed     func(flag string) bool
-	output      string
-	manifests   []string
-	kubeconfig  string
-	debugURL    string
-	timeout     time.Duration
-	backend     platform.BackendConfig
-	coreOptions func() (core.Options, error)
+	nodeName   string
+	configFile string
+	changed    func(flag string) bool
+	output     string
+	manifests  []string
+	kubeconfig string
+	debugURL   string
+	timeout    time.Duration
+	backend    platform.BackendConfig
+	opts       *optionSet
 }
 
 func newExplainCommand() *cobra.Command {
@@ -78,7 +78,7 @@ Exit status: 0 when the four layers agree, 1 when a mismatch is found, 2 on erro
 	f.StringVar(&eo.backend.TableName, "nftables-table", "crossproxy", "Linux: the nftables table crossproxy owns")
 	f.StringVar(&eo.backend.NetNSPath, "netns", "", "Linux: read the rules of this network namespace (path such as /run/netns/NAME)")
 	f.StringVar(&eo.backend.NetworkName, "network-name", "", "Windows: the HNS network the load balancers attach to")
-	eo.coreOptions = addCoreOptionFlags(cmd)
+	eo.opts = bindOptions(f, coreOptionTable())
 	eo.changed = cmd.Flags().Changed
 	return cmd
 }
@@ -174,15 +174,14 @@ func (eo *explainOptions) local(ctx context.Context, svc types.NamespacedName) (
 // 3 is computed as the proxy computes it. The config file also supplies the
 // kubeconfig, node name and nftables table unless their flags were given.
 func (eo *explainOptions) options() (core.Options, error) {
-	flagOpts, err := eo.coreOptions()
-	if err != nil || eo.configFile == "" {
-		return flagOpts, err
+	if eo.configFile == "" {
+		return eo.opts.core(), nil
 	}
 	cfg, err := config.Load(eo.configFile, runtime.GOOS)
 	if err != nil {
 		return core.Options{}, err
 	}
-	mergeCoreFlags(&cfg.Core, flagOpts, eo.changed)
+	eo.opts.merge(&cfg)
 	for flag, pair := range map[string][2]*string{
 		"kubeconfig":     {&eo.kubeconfig, &cfg.Kubeconfig},
 		"node":           {&eo.nodeName, &cfg.HostnameOverride},

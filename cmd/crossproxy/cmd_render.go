@@ -52,7 +52,7 @@ the HNS load balancers for --platform windows. It changes nothing on this machin
 	f.BoolVar(&linuxRenderOptions.LocalhostNodePorts, "localhost-nodeports", false, "Linux: NodePorts on 127.0.0.1 too")
 	f.StringVarP(&renderOutput, "output", "o", "text", "output format: text, or json (windows)")
 	addWindowsRenderFlags(f)
-	coreOptions := addCoreOptionFlags(cmd)
+	coreOpts := bindOptions(f, coreOptionTable())
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		render, ok := renderers[platformName]
 		if !ok {
@@ -67,10 +67,7 @@ the HNS load balancers for --platform windows. It changes nothing on this machin
 		if nodeName == "" {
 			return fmt.Errorf("flag --node: required")
 		}
-		opts, err := coreOptions()
-		if err != nil {
-			return err
-		}
+		opts := coreOpts.core()
 		state, err := computeFromManifests(opts, manifests, nodeName)
 		if err != nil {
 			return err

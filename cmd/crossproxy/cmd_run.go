@@ -22,27 +22,36 @@ import (
 	"github.com/crossproxy/crossproxy/platform/health"
 	"github.com/crossproxy/crossproxy/platform/logging"
 	"github.com/crossproxy/crossproxy/platform/manifest"
-	"github.com/crossproxy/crossproxy/platform/metrics"
 )
 
-// runOptions is everything `crossproxy run` is configured with.
+// runOptions is everything `crossproxy run` is configured with: the flags
+// (the option tables, options.go, plus the standalone ones) and, once setup
+// has merged them over the defaults and the config file, the settings that
+// apply.
 type runOptions struct {
-	nodeName     string
+	opts         *optionSet
 	manifests    []string
 	pollInterval time.Duration
+
+	// Set by setup from the merged configuration.
+	nodeName     string
 	runner       platform.RunnerConfig
 	backend      platform.BackendConfig
 	logLevel     string
 	logFormat    string
-	coreOptions  func() (core.Options, error)
 	resolvedCore core.Options
 	logger       *logrus.Logger
 	debug        *runDebug // --debug-address (run_debug.go)
 	kube         *runKube  // config file, API server, health, metrics, events (run_kube.go)
-	changed      func(flag string) bool
 }
 
 func newRunCommand() *cobra.Command {
+	cmd, _ := newRunCommandWith()
+	return cmd
+}
+
+// newRunCommandWith is the run command and the options its flags fill.
+func newRunCommandWith() (*cobra.Command, *runOptions) {
 	ro := &runOptions{}
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -64,32 +73,17 @@ Stopping run leaves the rules in place, so a restart or upgrade does not interru
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&ro.nodeName, "hostname-override", "", "name of this node's Node object (default: the host name)")
-	f.StringVar(&ro.nodeName, "node", "", "alias of --hostname-override")
 	f.StringSliceVar(&ro.manifests, "manifests", nil, "standalone mode: follow Service, EndpointSlice and Node objects in these files or directories")
 	f.DurationVar(&ro.pollInterval, "manifest-poll-interval", 500*time.Millisecond, "standalone mode: how often the manifest files are checked for changes")
-	f.DurationVar(&ro.runner.SyncPeriod, "sync-period", 30*time.Second, "longest time between two syncs when nothing changes; /healthz fails when an update waits 2 x this")
-	f.DurationVar(&ro.runner.FullSyncPeriod, "full-sync-period", time.Hour, "period of full syncs, which rewrite everything crossproxy owns and so repair rules changed behind its back")
-	f.DurationVar(&ro.runner.MinSyncPeriod, "min-sync-period", time.Second, "shortest time between two syncs; changes arriving faster are coalesced")
-	f.StringVar(&ro.backend.TableName, "nftables-table", "crossproxy", "Linux: the nftables table crossproxy owns")
-	f.BoolVar(&ro.backend.LocalhostNodePorts, "localhost-nodeports", false, "Linux: answer NodePorts on 127.0.0.1 too (sets route_localnet)")
-	f.StringVar(&ro.backend.NetNSPath, "netns", "", "Linux: program the rules in this network namespace (path such as /run/netns/NAME) instead of the current one")
-	f.StringVar(&ro.backend.NetworkName, "network-name", "", "Windows: the HNS network the load balancers attach to")
-	f.StringVar(&ro.backend.SourceVIP, "source-vip", "", "Windows: source address for load-balanced traffic on overlay networks")
-	f.BoolVar(&ro.backend.EnableDSR, "enable-dsr", false, "Windows: use direct server return where HNS supports it")
-	addHNSRunFlags(f, &ro.backend)
-	f.StringVar(&ro.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	f.StringVar(&ro.logFormat, "log-format", "text", "log format: text or json")
-	ro.coreOptions = addCoreOptionFlags(cmd)
+	ro.opts = bindOptions(f, runOptionTable(), nftOptionTable(), hnsOptionTable(), coreOptionTable())
 	ro.debug = addRunDebugFlags(cmd)
 	ro.kube = addRunKubeFlags(cmd)
-	ro.changed = cmd.Flags().Changed
-	return cmd
+	return cmd, ro
 }
 
 // setup merges the config file and flags, validates them and builds the logger.
 func (ro *runOptions) setup() error {
-	notes, err := ro.kube.apply(ro.changed, ro)
+	notes, err := ro.kube.apply(ro)
 	if err != nil {
 		return err
 	}
@@ -108,14 +102,9 @@ func (ro *runOptions) setup() error {
 		ro.nodeName = host
 	}
 	ro.backend.NodeName = ro.nodeName
-	opts, err := ro.coreOptions()
-	if err != nil {
-		return err
-	}
-	if err := opts.Validate(); err != nil {
+	if err := ro.resolvedCore.Validate(); err != nil {
 		return fmt.Errorf("invalid options: %w", err)
 	}
-	ro.resolvedCore = opts
 	return nil
 }
 
@@ -148,7 +137,6 @@ func (ro *runOptions) run(ctx context.Context) error {
 	}
 	nodeSourceVIP(ctx, ro.kube.client, ro.nodeName, &ro.backend, log)
 	// The backend counts drift it repairs in the metrics served later.
-	ro.kube.metrics = metrics.New()
 	ro.backend.Repairs = ro.kube.metrics
 	backend, err = newBackend(ro.backend, log)
 	if err != nil {

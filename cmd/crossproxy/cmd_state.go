@@ -39,7 +39,7 @@ Exit status: 0 on success, 2 on errors (a bad file names the file, document and 
 	f.StringSliceVar(&manifests, "manifests", nil, "files or directories with Service, EndpointSlice and Node objects (repeatable or comma-separated)")
 	f.StringVar(&nodeName, "node", "", "the Node (from the manifests) to compute the state for")
 	f.StringVarP(&output, "output", "o", "text", "output format: text or json")
-	coreOptions := addCoreOptionFlags(cmd)
+	coreOpts := bindOptions(f, coreOptionTable())
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if len(manifests) == 0 {
 			return fmt.Errorf("flag --manifests: at least one file or directory is required")
@@ -50,10 +50,7 @@ Exit status: 0 on success, 2 on errors (a bad file names the file, document and 
 		if output != "text" && output != "json" {
 			return fmt.Errorf("flag --output: %q is not text or json", output)
 		}
-		opts, err := coreOptions()
-		if err != nil {
-			return err
-		}
+		opts := coreOpts.core()
 		st, err := computeFromManifests(opts, manifests, nodeName)
 		if err != nil {
 			return err

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
@@ -24,21 +23,31 @@ import (
 	hns "github.com/crossproxy/crossproxy/platform_windows"
 )
 
-// addHNSRunFlags registers run's Windows-only flags that kube-proxy's
-// Windows mode has under the same names, so its command lines carry over.
-func addHNSRunFlags(f *pflag.FlagSet, b *platform.BackendConfig) {
-	f.BoolVar(&b.ForwardHealthCheckVIP, "forward-healthcheck-vip", false,
-		"Windows: forward the health-check port of each LoadBalancer ingress IP to the host (kube-proxy's flag), for cloud load balancers that probe the VIP")
-	f.StringVar(&b.RootHNSEndpointName, "root-hnsendpoint-name", "",
-		"Windows: the host's HNS endpoint the forwarded health checks go to (default cbr0, as kube-proxy)")
-	f.StringVar(&b.CNIConfDir, "cni-conf-dir", "",
-		`Windows: where the node's CNI configuration is, which names the HNS network and its IPAM (default: C:\etc\cni\net.d, C:\Program Files\containerd\cni\conf, C:\k\cni\config)`)
-	f.StringVar(&b.CNIBinDir, "cni-bin-dir", "",
-		`Windows, overlay without a source VIP: where the IPAM plugin host-local is (default: CNI_PATH, C:\opt\cni\bin, C:\Program Files\containerd\cni\bin, C:\k\cni)`)
-	f.StringVar(&b.CNINetwork, "cni-network", "",
-		"Windows, overlay without a source VIP: the CNI network name the pods' host-local reservations are kept under (default: the CNI configuration's, else the HNS network's name)")
-	f.StringVar(&b.CNIDataDir, "cni-ipam-data-dir", "",
-		"Windows, overlay without a source VIP: host-local's dataDir (default: the CNI configuration's, else host-local's own)")
+// hnsOptionTable is run's options for the Windows backend (HNS): those
+// kube-proxy's Windows mode has, under the same names so its command lines
+// carry over, and the CNI ones (flags only: a config file has no field for
+// them).
+func hnsOptionTable() []option {
+	return []option{
+		field("network-name", "Windows: the HNS network the load balancers attach to (default: the CNI configuration's, else the only Overlay or L2Bridge network)", stringFlag,
+			func(c *config.Config) *string { return &c.Backend.NetworkName }),
+		field("source-vip", "Windows: source address for load-balanced traffic on overlay networks", stringFlag,
+			func(c *config.Config) *string { return &c.Backend.SourceVIP }),
+		field("enable-dsr", "Windows: use direct server return where HNS supports it", boolFlag,
+			func(c *config.Config) *bool { return &c.Backend.EnableDSR }),
+		field("forward-healthcheck-vip", "Windows: forward the health-check port of each LoadBalancer ingress IP to the host (kube-proxy's flag), for cloud load balancers that probe the VIP", boolFlag,
+			func(c *config.Config) *bool { return &c.Backend.ForwardHealthCheckVIP }),
+		field("root-hnsendpoint-name", "Windows: the host's HNS endpoint the forwarded health checks go to (default cbr0, as kube-proxy)", stringFlag,
+			func(c *config.Config) *string { return &c.Backend.RootHNSEndpointName }),
+		always(field("cni-conf-dir", `Windows: where the node's CNI configuration is, which names the HNS network and its IPAM (default: C:\etc\cni\net.d, C:\Program Files\containerd\cni\conf, C:\k\cni\config)`, stringFlag,
+			func(c *config.Config) *string { return &c.Backend.CNIConfDir })),
+		always(field("cni-bin-dir", `Windows, overlay without a source VIP: where the IPAM plugin host-local is (default: CNI_PATH, C:\opt\cni\bin, C:\Program Files\containerd\cni\bin, C:\k\cni)`, stringFlag,
+			func(c *config.Config) *string { return &c.Backend.CNIBinDir })),
+		always(field("cni-network", "Windows, overlay without a source VIP: the CNI network name the pods' host-local reservations are kept under (default: the CNI configuration's, else the HNS network's name)", stringFlag,
+			func(c *config.Config) *string { return &c.Backend.CNINetwork })),
+		always(field("cni-ipam-data-dir", "Windows, overlay without a source VIP: host-local's dataDir (default: the CNI configuration's, else host-local's own)", stringFlag,
+			func(c *config.Config) *string { return &c.Backend.CNIDataDir })),
+	}
 }
 
 // nodeSourceVIP takes this node's source VIP from its Node annotation
@@ -77,17 +86,10 @@ func annotatedSourceVIP(ctx context.Context, client kubernetes.Interface, nodeNa
 	return "", fmt.Errorf("list Node %s: not found", nodeName)
 }
 
-// mergeHNSFlags copies into cfg the Windows flags given explicitly, takes
-// the health-check VIP's default port from the healthz address, and records
-// where an explicit source VIP came from (the log and explain say it).
-func mergeHNSFlags(changed func(string) bool, cfg *config.Config, flags platform.BackendConfig) {
-	if changed("forward-healthcheck-vip") {
-		cfg.Backend.ForwardHealthCheckVIP = flags.ForwardHealthCheckVIP
-	}
-	if changed("root-hnsendpoint-name") {
-		cfg.Backend.RootHNSEndpointName = flags.RootHNSEndpointName
-	}
-	cfg.Backend.CNIConfDir, cfg.Backend.CNIBinDir, cfg.Backend.CNINetwork, cfg.Backend.CNIDataDir = flags.CNIConfDir, flags.CNIBinDir, flags.CNINetwork, flags.CNIDataDir
+// hnsSettings derives the Windows settings no option sets by itself: the
+// health-check VIP's port from the healthz address, and where an explicit
+// source VIP came from (the log and explain say it).
+func hnsSettings(changed func(string) bool, cfg *config.Config) {
 	cfg.Backend.HealthzPort = 0
 	if _, p, err := net.SplitHostPort(cfg.HealthzBindAddress); err == nil {
 		if n, err := strconv.ParseUint(p, 10, 16); err == nil {

@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/crossproxy/crossproxy/platform"
-	"github.com/crossproxy/crossproxy/platform/config"
 	hns "github.com/crossproxy/crossproxy/platform_windows"
 )
 
@@ -42,25 +41,32 @@ func TestAnnotatedSourceVIP(t *testing.T) {
 	}
 }
 
-// TestMergeHNSFlags: the Windows flags given win over the file, the
+// TestHNSOptions: the Windows flags given win over the file, the
 // health-check VIP's port comes from the healthz address, and the source
 // VIP's origin is recorded.
-func TestMergeHNSFlags(t *testing.T) {
-	cfg := config.Default("windows")
-	cfg.Backend.SourceVIP = "10.244.1.2"
-	cfg.Backend.RootHNSEndpointName = "from-file"
-	cfg.HealthzBindAddress = "0.0.0.0:10266"
-	given := map[string]bool{"forward-healthcheck-vip": true}
-	mergeHNSFlags(func(f string) bool { return given[f] }, &cfg, platform.BackendConfig{ForwardHealthCheckVIP: true, RootHNSEndpointName: "flag"})
-	b := cfg.Backend
+func TestHNSOptions(t *testing.T) {
+	path := writeConfig(t, `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+healthzBindAddress: 0.0.0.0:10266
+winkernel:
+  sourceVip: 10.244.1.2
+  rootHnsEndpointName: from-file
+`)
+	ro, _ := newTestRun(t, "--config", path, "--forward-healthcheck-vip")
+	if _, err := ro.kube.apply(ro); err != nil {
+		t.Fatal(err)
+	}
+	b := ro.backend
 	if !b.ForwardHealthCheckVIP || b.RootHNSEndpointName != "from-file" || b.HealthzPort != 10266 || b.SourceVIPOrigin != "config file" {
 		t.Fatalf("merged %+v", b)
 	}
-	given["source-vip"] = true
-	cfg.HealthzBindAddress = ""
-	mergeHNSFlags(func(f string) bool { return given[f] }, &cfg, platform.BackendConfig{})
-	if cfg.Backend.SourceVIPOrigin != "flag --source-vip" || cfg.Backend.HealthzPort != 0 {
-		t.Fatalf("merged %+v", cfg.Backend)
+	ro, _ = newTestRun(t, "--config", path, "--source-vip", "10.244.1.3", "--healthz-bind-address", "", "--cni-network", "vxlan0")
+	if _, err := ro.kube.apply(ro); err != nil {
+		t.Fatal(err)
+	}
+	if b := ro.backend; b.SourceVIPOrigin != "flag --source-vip" || b.SourceVIP != "10.244.1.3" || b.HealthzPort != 0 || b.CNINetwork != "vxlan0" {
+		t.Fatalf("merged %+v", b)
 	}
 }
 

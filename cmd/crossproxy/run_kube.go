@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/crossproxy/crossproxy/core"
 	"github.com/crossproxy/crossproxy/platform"
 	"github.com/crossproxy/crossproxy/platform/config"
 	"github.com/crossproxy/crossproxy/platform/events"
@@ -31,14 +30,10 @@ import (
 // from cmd_run.go so the run command only calls addRunKubeFlags, apply and
 // start.
 type runKube struct {
-	configFile       string
-	kubeconfig       string
-	qps              float32
-	burst            int
-	healthzAddress   string
-	metricsAddress   string
-	configSyncPeriod time.Duration
+	configFile string
 
+	// cfg is the configuration that applies: defaults, the config file, the
+	// flags given explicitly (apply).
 	cfg     config.Config
 	client  kubernetes.Interface
 	events  *events.Recorder
@@ -47,25 +42,19 @@ type runKube struct {
 	metrics *metrics.Metrics
 }
 
-// addRunKubeFlags adds the config-file, API-server, health and metrics flags.
+// addRunKubeFlags adds --config; the settings it and the flags share are
+// the option tables' (options.go). The metrics the proxy serves are made
+// here, once: the backend counts its repairs in them before they are served.
 func addRunKubeFlags(cmd *cobra.Command) *runKube {
-	rk := &runKube{}
-	def := config.Default(runtime.GOOS)
-	f := cmd.Flags()
-	f.StringVar(&rk.configFile, "config", "", "configuration file: a kube-proxy KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1) or a CrossproxyConfiguration; flags given explicitly override it")
-	f.StringVar(&rk.kubeconfig, "kubeconfig", "", "kubeconfig file of the API server (default: $KUBECONFIG, else in-cluster config)")
-	f.Float32Var(&rk.qps, "kube-api-qps", 0, "API client queries per second (0: client-go default)")
-	f.IntVar(&rk.burst, "kube-api-burst", 0, "API client burst (0: client-go default)")
-	f.StringVar(&rk.healthzAddress, "healthz-bind-address", def.HealthzBindAddress, "host:port of /healthz and /livez (kube-proxy's meaning); empty disables")
-	f.StringVar(&rk.metricsAddress, "metrics-bind-address", def.MetricsBindAddress, "host:port of /metrics (Prometheus); empty disables")
-	f.DurationVar(&rk.configSyncPeriod, "config-sync-period", def.ConfigSyncPeriod, "informer resync period")
+	rk := &runKube{metrics: metrics.New()}
+	cmd.Flags().StringVar(&rk.configFile, "config", "", "configuration file: a kube-proxy KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1) or a CrossproxyConfiguration; flags given explicitly override it")
 	return rk
 }
 
 // apply merges defaults, the config file and the flags given explicitly (in
-// that order of precedence, last wins) into ro and rk.cfg. It runs before the
-// logger exists, so what it has to say is returned as notes.
-func (rk *runKube) apply(changed func(flag string) bool, ro *runOptions) (notes []string, err error) {
+// that order of precedence, last wins) into rk.cfg and ro's settings. It
+// runs before the logger exists, so what it has to say is returned as notes.
+func (rk *runKube) apply(ro *runOptions) (notes []string, err error) {
 	cfg := config.Default(runtime.GOOS)
 	if rk.configFile != "" {
 		if cfg, err = config.Load(rk.configFile, runtime.GOOS); err != nil {
@@ -76,54 +65,8 @@ func (rk *runKube) apply(changed func(flag string) bool, ro *runOptions) (notes 
 		}
 		notes = append(notes, cfg.Notes...)
 	}
-	flagOpts, err := ro.coreOptions()
-	if err != nil {
-		return nil, err
-	}
-	if rk.configFile == "" {
-		cfg.Core = flagOpts
-	} else {
-		mergeCoreFlags(&cfg.Core, flagOpts, changed)
-	}
-	str := func(flag string, dst *string, v string) {
-		if changed(flag) {
-			*dst = v
-		}
-	}
-	str("kubeconfig", &cfg.Kubeconfig, rk.kubeconfig)
-	str("hostname-override", &cfg.HostnameOverride, ro.nodeName)
-	str("node", &cfg.HostnameOverride, ro.nodeName)
-	str("healthz-bind-address", &cfg.HealthzBindAddress, rk.healthzAddress)
-	str("metrics-bind-address", &cfg.MetricsBindAddress, rk.metricsAddress)
-	str("log-level", &cfg.LogLevel, ro.logLevel)
-	str("log-format", &cfg.LogFormat, ro.logFormat)
-	str("nftables-table", &cfg.Backend.TableName, ro.backend.TableName)
-	str("network-name", &cfg.Backend.NetworkName, ro.backend.NetworkName)
-	str("source-vip", &cfg.Backend.SourceVIP, ro.backend.SourceVIP)
-	if changed("localhost-nodeports") {
-		cfg.Backend.LocalhostNodePorts = ro.backend.LocalhostNodePorts
-	}
-	if changed("enable-dsr") {
-		cfg.Backend.EnableDSR = ro.backend.EnableDSR
-	}
-	if changed("kube-api-qps") {
-		cfg.QPS = rk.qps
-	}
-	if changed("kube-api-burst") {
-		cfg.Burst = rk.burst
-	}
-	if changed("sync-period") {
-		cfg.Runner.SyncPeriod = ro.runner.SyncPeriod
-	}
-	if changed("full-sync-period") {
-		cfg.Runner.FullSyncPeriod = ro.runner.FullSyncPeriod
-	}
-	if changed("min-sync-period") {
-		cfg.Runner.MinSyncPeriod = ro.runner.MinSyncPeriod
-	}
-	if changed("config-sync-period") {
-		cfg.ConfigSyncPeriod = rk.configSyncPeriod
-	}
+	changed := ro.opts.changed
+	ro.opts.merge(&cfg)
 	if err := cfg.Validate(runtime.GOOS); err != nil {
 		return nil, err
 	}
@@ -138,49 +81,15 @@ func (rk *runKube) apply(changed func(flag string) bool, ro *runOptions) (notes 
 			cfg.MetricsBindAddress = ""
 		}
 	}
-	mergeHNSFlags(changed, &cfg, ro.backend)
-	// The flag-only settings stay as the flags say.
-	cfg.Backend.NetNSPath = ro.backend.NetNSPath
-	cfg.Runner.MaxBackoff = ro.runner.MaxBackoff
+	hnsSettings(changed, &cfg)
 
 	ro.nodeName = cfg.HostnameOverride
 	ro.logLevel, ro.logFormat = cfg.LogLevel, cfg.LogFormat
 	ro.runner = cfg.Runner
 	ro.backend = cfg.Backend
-	ro.coreOptions = func() (core.Options, error) { return cfg.Core, nil }
+	ro.resolvedCore = cfg.Core
 	rk.cfg = cfg
 	return notes, nil
-}
-
-// mergeCoreFlags copies into opts the core options whose flags were given.
-func mergeCoreFlags(opts *core.Options, flags core.Options, changed func(string) bool) {
-	if changed("proxy-name") {
-		opts.ProxyName = flags.ProxyName
-	}
-	if changed("ip-families") {
-		opts.IPFamilies = flags.IPFamilies
-	}
-	if changed("nodeport-addresses") {
-		opts.NodePortAddresses = flags.NodePortAddresses
-	}
-	if changed("masquerade-all") {
-		opts.MasqueradeAll = flags.MasqueradeAll
-	}
-	if changed("cluster-cidr") {
-		opts.LocalDetect.CIDRs = flags.LocalDetect.CIDRs
-		if !changed("detect-local-mode") && opts.LocalDetect.Mode == core.LocalDetectNone {
-			opts.LocalDetect.Mode = core.LocalDetectClusterCIDR
-		}
-	}
-	if changed("detect-local-mode") {
-		opts.LocalDetect.Mode = flags.LocalDetect.Mode
-	}
-	if changed("pod-bridge-interface") {
-		opts.LocalDetect.BridgeInterface = flags.LocalDetect.BridgeInterface
-	}
-	if changed("pod-interface-name-prefix") {
-		opts.LocalDetect.InterfaceNamePrefix = flags.LocalDetect.InterfaceNamePrefix
-	}
 }
 
 // connect builds the API client and the event recorder; it must run before
@@ -212,9 +121,6 @@ func (rk *runKube) connect(ro *runOptions, log logrus.FieldLogger) error {
 // stops the start: an operator who configured a probe port relies on it.
 func (rk *runKube) observe(ctx context.Context, wg *sync.WaitGroup, runner *platform.Runner, hc *health.NodePorts, log logrus.FieldLogger) error {
 	rk.status = health.NewStatus(2 * runner.Config().SyncPeriod)
-	if rk.metrics == nil {
-		rk.metrics = metrics.New()
-	}
 	if hc != nil {
 		// As kube-proxy: a health-check node port fails while the proxy
 		// itself is unhealthy, whatever its local endpoint count.

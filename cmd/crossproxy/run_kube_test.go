@@ -8,47 +8,15 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/crossproxy/crossproxy/core"
 )
 
-// newTestRun builds the run command's options the way newRunCommand does and
-// parses args.
+// newTestRun is the run command's options after parsing args.
 func newTestRun(t *testing.T, args ...string) (*runOptions, *cobra.Command) {
 	t.Helper()
-	var found *cobra.Command
-	for _, c := range newRootCommand().Commands() {
-		if c.Name() == "run" {
-			found = c
-		}
-	}
-	if found == nil {
-		t.Fatal("no run command")
-	}
-	// The run command keeps its options in a closure; rebuild them on a
-	// fresh command with the same flag definitions.
-	ro := &runOptions{}
-	cmd := &cobra.Command{Use: "run"}
-	f := cmd.Flags()
-	f.StringVar(&ro.nodeName, "hostname-override", "", "")
-	f.StringVar(&ro.nodeName, "node", "", "")
-	f.StringSliceVar(&ro.manifests, "manifests", nil, "")
-	f.DurationVar(&ro.runner.SyncPeriod, "sync-period", 30*time.Second, "")
-	f.DurationVar(&ro.runner.MinSyncPeriod, "min-sync-period", time.Second, "")
-	f.StringVar(&ro.backend.TableName, "nftables-table", "crossproxy", "")
-	f.StringVar(&ro.logLevel, "log-level", "info", "")
-	f.StringVar(&ro.logFormat, "log-format", "text", "")
-	ro.coreOptions = addCoreOptionFlags(cmd)
-	ro.kube = addRunKubeFlags(cmd)
-	ro.changed = cmd.Flags().Changed
-	// Every flag used here exists on the real command too.
-	cmd.Flags().VisitAll(func(fl *pflag.Flag) {
-		if found.Flags().Lookup(fl.Name) == nil {
-			t.Errorf("flag --%s is not on the run command", fl.Name)
-		}
-	})
+	cmd, ro := newRunCommandWith()
 	if err := cmd.Flags().Parse(args); err != nil {
 		t.Fatal(err)
 	}
@@ -82,14 +50,14 @@ logging:
 func TestRunConfigFileAndFlagPrecedence(t *testing.T) {
 	path := writeConfig(t, kubeProxyFile)
 	ro, _ := newTestRun(t, "--config", path, "--min-sync-period", "300ms", "--hostname-override", "from-flag", "--masquerade-all=false", "--ip-families", "IPv4")
-	notes, err := ro.kube.apply(ro.changed, ro)
+	notes, err := ro.kube.apply(ro)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(notes) != 1 || !strings.Contains(notes[0], "featureGates") {
 		t.Errorf("notes %q", notes)
 	}
-	opts, _ := ro.coreOptions()
+	opts := ro.resolvedCore
 	switch {
 	case ro.nodeName != "from-flag":
 		t.Errorf("node %q: the flag must win", ro.nodeName)
@@ -112,10 +80,10 @@ func TestRunConfigFileAndFlagPrecedence(t *testing.T) {
 
 func TestRunWithoutConfigUsesFlagsAndDefaults(t *testing.T) {
 	ro, _ := newTestRun(t, "--cluster-cidr", "10.0.0.0/8", "--sync-period", "5s")
-	if _, err := ro.kube.apply(ro.changed, ro); err != nil {
+	if _, err := ro.kube.apply(ro); err != nil {
 		t.Fatal(err)
 	}
-	opts, _ := ro.coreOptions()
+	opts := ro.resolvedCore
 	if ro.runner.SyncPeriod != 5*time.Second || ro.runner.MinSyncPeriod != time.Second {
 		t.Errorf("runner %+v", ro.runner)
 	}
@@ -125,7 +93,7 @@ func TestRunWithoutConfigUsesFlagsAndDefaults(t *testing.T) {
 
 	// Standalone mode serves health and metrics only when asked.
 	ro, _ = newTestRun(t, "--manifests", "x.yaml", "--metrics-bind-address", "127.0.0.1:2222")
-	if _, err := ro.kube.apply(ro.changed, ro); err != nil {
+	if _, err := ro.kube.apply(ro); err != nil {
 		t.Fatal(err)
 	}
 	if ro.kube.cfg.HealthzBindAddress != "" || ro.kube.cfg.MetricsBindAddress != "127.0.0.1:2222" {
@@ -140,7 +108,7 @@ func TestRunInvalidConfigNamesField(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 	ro, _ := newTestRun(t, "--sync-period", "1s", "--min-sync-period", "5s")
-	if _, err := ro.kube.apply(ro.changed, ro); err == nil || !strings.Contains(err.Error(), "minSyncPeriod") {
+	if _, err := ro.kube.apply(ro); err == nil || !strings.Contains(err.Error(), "minSyncPeriod") {
 		t.Fatalf("min > sync: %v", err)
 	}
 }

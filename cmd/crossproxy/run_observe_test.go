@@ -17,6 +17,7 @@ import (
 	"github.com/crossproxy/crossproxy/platform"
 	"github.com/crossproxy/crossproxy/platform/config"
 	"github.com/crossproxy/crossproxy/platform/health"
+	"github.com/crossproxy/crossproxy/platform/metrics"
 )
 
 // flakyBackend fails every Sync while fail is set.
@@ -53,7 +54,7 @@ func TestObserveReportsFailingSyncs(t *testing.T) {
 	backend := &flakyBackend{}
 	backend.fail.Store(true)
 	runner := platform.NewRunner(platform.RunnerConfig{MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: 100 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}, tracker, backend, log)
-	rk := &runKube{cfg: config.Default("linux")}
+	rk := &runKube{cfg: config.Default("linux"), metrics: metrics.New()}
 	rk.cfg.HealthzBindAddress, rk.cfg.MetricsBindAddress = "", ""
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -111,7 +112,7 @@ func TestObserveWiresProxyHealthIntoNodePorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	runner := platform.NewRunner(platform.RunnerConfig{MinSyncPeriod: 10 * time.Millisecond, SyncPeriod: 50 * time.Millisecond}, tracker, &flakyBackend{}, log)
-	rk := &runKube{cfg: config.Default("linux")}
+	rk := &runKube{cfg: config.Default("linux"), metrics: metrics.New()}
 	rk.cfg.HealthzBindAddress, rk.cfg.MetricsBindAddress = "", ""
 	hc := &health.NodePorts{Log: log}
 	var wg sync.WaitGroup // no server: both bind addresses are empty
