@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +66,13 @@ type Backend struct {
 	// census is nil when they could not be read.
 	gen    uint32
 	census map[string]tableCount
+	// ownGen is the ruleset generation after crossproxy's last batch when
+	// the tables then held exactly what crossproxy wrote: nobody committed
+	// between the full sync that last wrote everything and that batch (0:
+	// not known so). Unlike gen, a check that finds only others' commits
+	// leaves it, so it equals the kernel's generation only while the
+	// tables are crossproxy's alone (fullAsDiff).
+	ownGen uint32
 	// unverified names what a full sync could not vouch for: others
 	// committed while the watcher was muted and crossproxy's tables do not
 	// hold the chains and sets it wrote. CheckDrift reports it once.
@@ -81,7 +90,10 @@ type Backend struct {
 
 // SyncStats describes the last sync, for logs and benchmarks.
 type SyncStats struct {
-	Full     bool
+	Full bool
+	// AsDiff: a full sync sent as the difference from what crossproxy last
+	// committed, nobody else having committed since (fullAsDiff).
+	AsDiff   bool
 	Commands int
 	Build    time.Duration // model and plan; a full sync's includes encoding (one pass)
 	Encode   time.Duration // netlink messages (partial syncs)
@@ -193,7 +205,12 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 	}
 	var err error
 	if changes.Full || b.applied == nil {
-		err = b.syncFull(ctx, state)
+		if keys, ok := b.fullAsDiff(state); ok {
+			err = b.syncPartial(ctx, state, core.Changes{Ports: keys})
+			b.stats.Full, b.stats.AsDiff = err == nil, err == nil
+		} else {
+			err = b.syncFull(ctx, state)
+		}
 	} else {
 		err = b.syncPartial(ctx, state, changes)
 	}
@@ -219,6 +236,50 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 		}
 	}
 	return nil
+}
+
+// fullAsDiff says whether a full sync of state can be the difference from
+// what crossproxy last committed, and which ports that difference holds: the
+// kernel must hold exactly what crossproxy wrote (no commit by anyone since
+// its last batch: a foreign change census cannot see, such as a flushed
+// chain, leaves the generation moved, and then the full sync rewrites
+// everything as the repair of last resort), and the tables' layout (main
+// table, shard count, global chains and sets) must be what it was. The ports
+// are those whose core ServicePort or local detection is not the one last
+// programmed (the core hands out the same pointer for an unchanged port),
+// and those gone. One generation read and a pass over the ports: a periodic
+// full sync with nothing changed sends no command.
+func (b *Backend) fullAsDiff(state *core.NodeState) (map[core.PortKey]struct{}, bool) {
+	a := b.applied
+	if a == nil || b.recreate || b.ownGen == 0 {
+		return nil, false
+	}
+	if gen, err := b.k.generation(); err != nil || gen != b.ownGen {
+		return nil, false
+	}
+	cfg := b.cfg
+	cfg.Shards = cfg.shardsFor(state)
+	if cfg.Shards != a.Shards || cfg.table() != a.Table || !reflect.DeepEqual(buildGlobals(state, cfg), a.Globals) {
+		return nil, false
+	}
+	keys := map[core.PortKey]struct{}{}
+	for k, p := range state.Ports {
+		ap, ok := a.Ports[k]
+		if !ok || ap.port != p || !sameDetect(*ap.det, state.LocalDetect[k.Family]) {
+			keys[k] = struct{}{}
+		}
+	}
+	for k := range a.Ports {
+		if _, ok := state.Ports[k]; !ok {
+			keys[k] = struct{}{}
+		}
+	}
+	return keys, true
+}
+
+// sameDetect reports whether two local-detection rules are the same.
+func sameDetect(a, b core.FamilyLocalDetect) bool {
+	return a.Mode == b.Mode && a.Interface == b.Interface && slices.Equal(a.CIDRs, b.CIDRs)
 }
 
 // syncFull streams the whole ruleset into one batch: each shard's ports are
@@ -268,6 +329,12 @@ func (b *Backend) syncFull(ctx context.Context, state *core.NodeState) error {
 	}
 	b.applied, b.recreate = next, false
 	b.rememberBaseline()
+	// The tables hold exactly what this batch wrote only if nobody
+	// committed between the generation read before it and the one after.
+	b.ownGen = 0
+	if genErr == nil && b.census != nil && b.gen == gen+1 {
+		b.ownGen = b.gen
+	}
 	if genErr == nil && b.census != nil && b.gen != gen+1 {
 		b.verifyMuted(written)
 	}
@@ -308,11 +375,18 @@ func (b *Backend) syncPartial(ctx context.Context, state *core.NodeState, change
 		return fmt.Errorf("partial sync of %d ports not sent: %w", len(ports), err)
 	}
 	if plan.Batch.Len() > 0 {
+		own := b.ownGen
 		if err := b.apply(plan.Batch); err != nil {
-			b.applied = nil
+			b.applied, b.ownGen = nil, 0
 			return fmt.Errorf("partial sync of %d ports: %w", len(ports), err)
 		}
 		b.rememberBaseline()
+		// Still exactly crossproxy's only if this batch was the one commit
+		// since the last that was.
+		b.ownGen = 0
+		if own != 0 && b.census != nil && b.gen == own+1 {
+			b.ownGen = b.gen
+		}
 	}
 	plan.commit(b.applied)
 	b.stats = SyncStats{Commands: plan.Batch.Len(), Build: built, Encode: b.lastEncode, Kernel: b.lastKernel, Apply: time.Since(start) - built,

@@ -446,3 +446,87 @@ func TestMemPartialSyncsEqualFullSync(t *testing.T) {
 		})
 	}
 }
+
+// TestMemPeriodicFullSyncIsADiff: a full sync when nobody else has committed
+// since crossproxy's last batch sends only what changed: nothing when
+// nothing did, an endpoint's elements when one moved; and the result is a
+// full sync's. Once someone else commits anything, even a change the
+// census cannot see (a chain of crossproxy's flushed, which CheckDrift
+// lets pass), the full sync rewrites everything and repairs it.
+func TestMemPeriodicFullSyncIsADiff(t *testing.T) {
+	b, m := newMemBackend(t, Config{LocalhostNodePorts: true})
+	ctx := context.Background()
+	st := testState(t)
+	memSync(t, b, st, core.Changes{Full: true})
+	if s := b.LastSync(); !s.Full || s.AsDiff {
+		t.Fatalf("the first sync must be a real full sync: %+v", s)
+	}
+	commits := m.commits
+	memSync(t, b, st, core.Changes{Full: true})
+	if s := b.LastSync(); !s.Full || !s.AsDiff || s.Commands != 0 || m.commits != commits {
+		t.Fatalf("a full sync with nothing changed sent %d commands in %d commits: %+v", s.Commands, m.commits-commits, s)
+	}
+
+	k := key("default", "web", "http", "TCP", "IPv4")
+	p := *st.Ports[k]
+	p.ClusterEndpoints = append(append([]core.Endpoint(nil), p.ClusterEndpoints...), ep("10.244.3.3", 8080, false))
+	st.Ports[k] = &p
+	memSync(t, b, st, core.Changes{Full: true})
+	if s := b.LastSync(); !s.AsDiff || s.Commands == 0 || s.Commands > 8 {
+		t.Fatalf("a full sync after one endpoint more: %+v", s)
+	}
+	assertSameAsFull(t, m, st, b.cfg)
+
+	// A foreign commit that moves no object count: the rules of one of
+	// crossproxy's chains flushed. CheckDrift cannot tell (and remembers
+	// the generation); the next full sync still rewrites everything.
+	var shard, chain string
+	for tn, tb := range m.tables {
+		for cn, c := range tb.chains {
+			if tn != "crossproxy" && c.hook == nil && len(c.rules) > 0 {
+				shard, chain = tn, cn
+			}
+		}
+	}
+	if chain == "" {
+		t.Fatalf("no shard chain with rules in:\n%s", m.Dump())
+	}
+	if err := m.foreign(Op{Kind: OpFlushChain, Table: shard, Chain: &Chain{Name: chain}}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := b.CheckDrift(ctx); err != nil || d != nil {
+		t.Fatalf("a flushed chain moves no count: drift %v, %v", d, err)
+	}
+	memSync(t, b, st, core.Changes{Full: true})
+	if s := b.LastSync(); !s.Full || s.AsDiff {
+		t.Fatalf("after a foreign commit the full sync must rewrite everything: %+v", s)
+	}
+	assertSameAsFull(t, m, st, b.cfg)
+
+	// Someone commits while a full sync is under way (before its batch
+	// goes out): the tables then hold what crossproxy did not write, and
+	// the next full sync is no diff.
+	b.ownGen = 0 // a full sync that rewrites everything
+	b.mutedHook = func() {
+		if err := m.foreign(Op{Kind: OpAddChain, Table: "crossproxy", Chain: &Chain{Name: "intruder"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	memSync(t, b, st, core.Changes{Full: true})
+	b.mutedHook = nil
+	memSync(t, b, st, core.Changes{Full: true})
+	if s := b.LastSync(); s.AsDiff {
+		t.Fatalf("a full sync after a commit during the last one must rewrite everything: %+v", s)
+	}
+	if strings.Contains(m.Dump(), "intruder") {
+		t.Fatalf("the foreign chain survived the rewrite:\n%s", m.Dump())
+	}
+
+	// A layout change (a new shard count) is a real full sync too.
+	b.cfg.Shards = 3
+	memSync(t, b, st, core.Changes{Full: true})
+	if s := b.LastSync(); s.AsDiff {
+		t.Fatalf("a new shard count must rewrite the tables: %+v", s)
+	}
+	assertSameAsFull(t, m, st, b.cfg)
+}

@@ -253,15 +253,7 @@ type fullBuild struct {
 }
 
 func newFullBuild(state *core.NodeState, cfg Config) *fullBuild {
-	if cfg.Shards <= 0 {
-		own := 0
-		for _, p := range state.Ports {
-			if !cfg.mapped(p) {
-				own++
-			}
-		}
-		cfg.Shards = shardCount(own)
-	}
+	cfg.Shards = cfg.shardsFor(state)
 	f := &fullBuild{state: state, cfg: cfg, table: cfg.table(), globals: buildGlobals(state, cfg),
 		keys: make([]core.PortKey, 0, len(state.Ports)), shards: make([][]int32, cfg.Shards), dets: detects{}}
 	for k := range state.Ports {
@@ -285,6 +277,21 @@ func newFullBuild(state *core.NodeState, cfg Config) *fullBuild {
 	}
 	f.keys = kept
 	return f
+}
+
+// shardsFor is the number of shard tables a full sync of state writes: the
+// configured number, else one per so many ports with chains of their own.
+func (c Config) shardsFor(state *core.NodeState) int {
+	if c.Shards > 0 {
+		return c.Shards
+	}
+	own := 0
+	for _, p := range state.Ports {
+		if !c.mapped(p) {
+			own++
+		}
+	}
+	return shardCount(own)
 }
 
 // names are the tables of the ruleset: the main table, then the shards.

@@ -73,7 +73,7 @@ func (b *Backend) rememberBaseline() {
 		census, err = b.k.census(b.cfg.table())
 	}
 	if err != nil {
-		b.census = nil
+		b.census, b.ownGen = nil, 0
 		b.log.WithError(err).Warn("read back the tables after a sync; the next sync checks them in full")
 		return
 	}
