@@ -380,7 +380,7 @@ func (b *Backend) syncPartial(ctx context.Context, state *core.NodeState, change
 			b.applied, b.ownGen = nil, 0
 			return fmt.Errorf("partial sync of %d ports: %w", len(ports), err)
 		}
-		b.rememberBaseline()
+		b.rememberAfter(plan.Batch)
 		// Still exactly crossproxy's only if this batch was the one commit
 		// since the last that was.
 		b.ownGen = 0

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"sort"
 	"strings"
 	"syscall"
@@ -439,6 +440,11 @@ func TestMemPartialSyncsEqualFullSync(t *testing.T) {
 					partial++
 				}
 				assertSameAsFull(t, m, st, b.cfg)
+				// The census a partial sync derives from its batch is
+				// the one the kernel reports.
+				if census, _ := m.census(b.cfg.table()); !reflect.DeepEqual(census, b.census) {
+					t.Fatalf("step %d: census %v, the kernel's %v", i, b.census, census)
+				}
 			}
 			if partial < steps/2 {
 				t.Errorf("only %d of %d steps were partial syncs", partial, steps)

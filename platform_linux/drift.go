@@ -15,6 +15,39 @@ type tableCount struct {
 	Flags   uint32
 }
 
+// censusAfter is the census of crossproxy's tables after batch, from the
+// one before it: each chain or set the batch adds or deletes moves its
+// table's count by one. ok is false for a batch that adds, deletes or
+// flushes a table, whose census is read from the kernel instead. It holds
+// for the batches of partial syncs, which add only chains and sets that do
+// not exist and delete only ones that do.
+func censusAfter(before map[string]tableCount, batch *batch) (after map[string]tableCount, ok bool) {
+	after = make(map[string]tableCount, len(before))
+	for name, c := range before {
+		after[name] = c
+	}
+	for _, op := range batch.Ops {
+		d := 0
+		switch op.Kind {
+		case OpAddTable, OpDelTable, OpFlushTable:
+			return nil, false
+		case OpAddChain, OpAddSet:
+			d = 1
+		case OpDelChain, OpDelSet:
+			d = -1
+		default:
+			continue
+		}
+		c, ok := after[op.Table]
+		if !ok {
+			return nil, false
+		}
+		c.Objects = uint32(int(c.Objects) + d)
+		after[op.Table] = c
+	}
+	return after, true
+}
+
 // compareCensus names every difference between the tables crossproxy left
 // after its last batch (was) and the ones in the kernel now, in table order.
 // It cannot see a rule changed inside a chain (the counts stay the same);

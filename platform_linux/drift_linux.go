@@ -80,6 +80,22 @@ func (b *Backend) rememberBaseline() {
 	b.gen, b.census = gen, census
 }
 
+// rememberAfter records the baseline after one of crossproxy's partial
+// batches from the generation alone when the batch was the one commit since
+// the last baseline: the census then follows from the batch (censusAfter),
+// and the table dump, the larger part of a small sync's own cost, is not
+// needed. Otherwise it reads both, as rememberBaseline.
+func (b *Backend) rememberAfter(batch *batch) {
+	gen, err := b.k.generation()
+	if err == nil && b.census != nil && gen == b.gen+1 {
+		if census, ok := censusAfter(b.census, batch); ok {
+			b.gen, b.census = gen, census
+			return
+		}
+	}
+	b.rememberBaseline()
+}
+
 // nfnlGroupNFTables is NFNLGRP_NFTABLES, the multicast group of nf_tables
 // change notifications.
 const nfnlGroupNFTables = 7
