@@ -63,7 +63,7 @@ func (b *Backend) refreshWith(ctx context.Context, l *listing) error {
 			return err
 		}
 	}
-	if b.network.ID != "" && l.network.ID != b.network.ID {
+	if b.network.ID != "" && !strings.EqualFold(l.network.ID, b.network.ID) {
 		// flannel deletes and creates its network again on restart (new id):
 		// the endpoints crossproxy knew are gone with the old one.
 		b.log.WithFields(logrus.Fields{"network": l.network.Name, "was": b.network.ID, "now": l.network.ID}).Warn("HNS network recreated under a new id: programming everything again")

@@ -39,7 +39,7 @@ func (b *Backend) CheckDrift(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("hns: check for drift: %w", err)
 	}
 	counts := map[string]int{}
-	if l.network.ID != b.network.ID {
+	if !strings.EqualFold(l.network.ID, b.network.ID) {
 		l.drift = append(l.drift, fmt.Sprintf("HNS network %q recreated (id %s, was %s)", l.network.Name, l.network.ID, b.network.ID))
 		counts["network"]++
 	} else {
