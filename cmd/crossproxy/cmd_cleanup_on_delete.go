@@ -183,7 +183,30 @@ func (o *cleanupOnDelete) run(ctx, background context.Context) error {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
 
-	w := &watcher{}
+	w, stopWatch, err := startWatch(client, ns, name)
+	if err != nil {
+		return err
+	}
+	entry.Info("watching the DaemonSet: this node's rules are removed on stop only if it is being deleted")
+	<-ctx.Done()
+	stopWatch()
+	clean, why := decideNow(background, client, ns, name, w)
+	if !clean {
+		entry.WithField("reason", why).Info("stopping; this node's rules stay")
+		return nil
+	}
+	entry.WithField("reason", why).Info("stopping; removing this node's crossproxy rules once the proxy has stopped")
+	if err := waitClosed(background, healthAddr, o.proxyStopWait); err != nil {
+		entry.WithError(err).Warn("the proxy beside this container still runs; rules stay (it would put them back)")
+		return nil
+	}
+	return cleanupNode(background, backendCfg, entry)
+}
+
+// startWatch starts an informer on the one DaemonSet ns/name that keeps w
+// up to date; stop ends it.
+func startWatch(client kubernetes.Interface, ns, name string) (w *watcher, stop func(), err error) {
+	w = &watcher{}
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
@@ -194,15 +217,17 @@ func (o *cleanupOnDelete) run(ctx, background context.Context) error {
 		UpdateFunc: func(_, obj any) { saw(w, obj, false) },
 		DeleteFunc: func(obj any) { saw(w, obj, true) },
 	}); err != nil {
-		return fmt.Errorf("watch DaemonSet %s: %w", o.daemonSet, err)
+		return nil, nil, fmt.Errorf("watch DaemonSet %s/%s: %w", ns, name, err)
 	}
-	stopInformer := make(chan struct{})
-	factory.Start(stopInformer)
-	entry.Info("watching the DaemonSet: this node's rules are removed on stop only if it is being deleted")
-	<-ctx.Done()
-	close(stopInformer)
+	done := make(chan struct{})
+	factory.Start(done)
+	return w, func() { close(done); factory.Shutdown() }, nil
+}
 
-	askCtx, cancel := context.WithTimeout(background, 5*time.Second)
+// decideNow asks the API server once more (5 s at most) and decides with
+// what the watch saw.
+func decideNow(ctx context.Context, client kubernetes.Interface, ns, name string, w *watcher) (bool, string) {
+	askCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	now := ownerNow{}
 	ds, err := client.AppsV1().DaemonSets(ns).Get(askCtx, name, metav1.GetOptions{})
@@ -214,17 +239,7 @@ func (o *cleanupOnDelete) run(ctx, background context.Context) error {
 	default:
 		now.UID, now.Deleting, now.OptOut = ds.UID, ds.DeletionTimestamp != nil, optedOut(ds)
 	}
-	clean, why := decideCleanup(w.observation(), now)
-	if !clean {
-		entry.WithField("reason", why).Info("stopping; this node's rules stay")
-		return nil
-	}
-	entry.WithField("reason", why).Info("stopping; removing this node's crossproxy rules once the proxy has stopped")
-	if err := waitClosed(background, healthAddr, o.proxyStopWait); err != nil {
-		entry.WithError(err).Warn("the proxy beside this container still runs; rules stay (it would put them back)")
-		return nil
-	}
-	return cleanupNode(background, backendCfg, entry)
+	return decideCleanup(w.observation(), now)
 }
 
 func saw(w *watcher, obj any, deleted bool) {
