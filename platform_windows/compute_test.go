@@ -41,7 +41,7 @@ func planObjects(t *testing.T, objects string, opts PlanOptions) string {
 	for _, p := range st.Problems {
 		t.Errorf("core problem: %s", p)
 	}
-	return Render(PlanState(st, opts))
+	return renderPlan(planState(st, opts))
 }
 
 func svcYAML(name, spec string) string {

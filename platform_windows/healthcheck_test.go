@@ -49,14 +49,14 @@ func TestHealthCheckVIPPlan(t *testing.T) {
 
 	cluster := lbPort("web-lb", "10.96.0.13", 0, eps, "172.16.0.10", "172.16.0.11")
 	cluster.Affinity.ClientIP = true
-	got := healthLBs(PlanState(state(cluster), opts))
+	got := healthLBs(planState(state(cluster), opts))
 	mustEqual(t, strings.Join(got, "\n"), strings.Join([]string{
 		"lb default/web-lb:http/TCP/v4 HealthCheckVIP 172.16.0.10:10256 -> :10256 [10.244.1.3] flags=none portflags=none",
 		"lb default/web-lb:http/TCP/v4 HealthCheckVIP 172.16.0.11:10256 -> :10256 [10.244.1.3] flags=none portflags=none",
 	}, "\n"))
 
 	localPolicy := lbPort("web-lb-local", "10.96.0.14", 32000, eps, "172.16.0.12")
-	got = healthLBs(PlanState(state(localPolicy), PlanOptions{Network: overlay, Features: AllFeatures(), SourceVIP: ip("10.244.1.2"), NodeIP: ip("192.168.0.11"),
+	got = healthLBs(planState(state(localPolicy), PlanOptions{Network: overlay, Features: AllFeatures(), SourceVIP: ip("10.244.1.2"), NodeIP: ip("192.168.0.11"),
 		HostMAC: hostMAC, HealthCheckGateway: gw, HealthzPort: 10256}))
 	mustEqual(t, strings.Join(got, "\n"),
 		"lb default/web-lb-local:http/TCP/v4 HealthCheckVIP 172.16.0.12:32000 -> :32000 [10.244.1.3] flags=none portflags=none sourceVIP=10.244.1.2")
@@ -68,7 +68,7 @@ func TestHealthCheckVIPPlan(t *testing.T) {
 		"terminating":  lbPort("web-term", "10.96.0.25", 0, []core.Endpoint{term}, "172.16.0.13"),
 		"no endpoints": lbPort("web-empty", "10.96.0.26", 0, nil, "172.16.0.14"),
 	} {
-		if got := healthLBs(PlanState(state(p), opts)); len(got) != 0 {
+		if got := healthLBs(planState(state(p), opts)); len(got) != 0 {
 			t.Errorf("%s: health-check load balancers %v, want none", name, got)
 		}
 	}
@@ -80,23 +80,23 @@ func TestHealthCheckVIPPlan(t *testing.T) {
 		second.Frontends[i].Port = 443
 	}
 	first := lbPort("web-lb", "10.96.0.13", 0, eps, "172.16.0.10")
-	pl := PlanState(state(first, second), opts)
+	pl := planState(state(first, second), opts)
 	if got := healthLBs(pl); len(got) != 1 || len(pl.Notices) != 0 {
 		t.Errorf("two ports: health-check load balancers %v (want 1), notices %v (want none)", got, pl.Notices)
 	}
 
 	// Off (no host endpoint), or an IPv6 ingress IP with an IPv4 host endpoint.
-	if got := healthLBs(PlanState(state(cluster), PlanOptions{Network: l2bridge, Features: AllFeatures(), HealthzPort: 10256})); len(got) != 0 {
+	if got := healthLBs(planState(state(cluster), PlanOptions{Network: l2bridge, Features: AllFeatures(), HealthzPort: 10256})); len(got) != 0 {
 		t.Errorf("without the host endpoint: %v", got)
 	}
 	v6 := lbPort("web6", "fd00:96::13", 0, []core.Endpoint{local("fd00:1::10", 8080)}, "fd00:16::10")
 	v6.Key.Family = v1.IPv6Protocol
-	pl = PlanState(state(v6), opts)
+	pl = planState(state(v6), opts)
 	if got := healthLBs(pl); len(got) != 0 || len(pl.Notices) != 1 || pl.Notices[0].Feature != "HealthCheckVIP" {
 		t.Errorf("IPv6 ingress, IPv4 host endpoint: %v, notices %v", got, pl.Notices)
 	}
 	// No healthCheckNodePort and no healthz port: said, not programmed.
-	pl = PlanState(state(cluster), PlanOptions{Network: l2bridge, Features: AllFeatures(), HealthCheckGateway: gw})
+	pl = planState(state(cluster), PlanOptions{Network: l2bridge, Features: AllFeatures(), HealthCheckGateway: gw})
 	said := 0
 	for _, n := range pl.Notices {
 		if n.Feature == "HealthCheckVIP" {

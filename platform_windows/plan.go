@@ -130,8 +130,8 @@ func (o PlanOptions) nodeIP(state *core.NodeState) netip.Addr {
 	return netip.Addr{}
 }
 
-// PlanState plans every port of state.
-func PlanState(state *core.NodeState, opts PlanOptions) hnsPlan {
+// planState plans every port of state.
+func planState(state *core.NodeState, opts PlanOptions) hnsPlan {
 	keys := make([]core.PortKey, 0, len(state.Ports))
 	for k := range state.Ports {
 		keys = append(keys, k)

@@ -293,7 +293,7 @@ unsupported default/b FrontendConflict: ExternalIP TCP/203.0.113.5/80 is already
 	}}
 	for _, c := range cases {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
-			mustEqual(t, Render(PlanState(state(c.ports...), c.opts)), c.want)
+			mustEqual(t, renderPlan(planState(state(c.ports...), c.opts)), c.want)
 		})
 	}
 }
@@ -318,9 +318,9 @@ func TestDSRChoice(t *testing.T) {
 		p := port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)}, withNodePort(30080, "192.168.0.11"),
 			withFrontend(core.FrontendExternalIP, "203.0.113.5"), withFrontend(core.FrontendLoadBalancer, "198.51.100.9"),
 			func(p *core.ServicePort) { p.ExternalPolicyLocal = c.etpLocal })
-		plan := PlanState(state(p), PlanOptions{Network: l2bridge, Features: f, EnableDSR: c.flag})
+		plan := planState(state(p), PlanOptions{Network: l2bridge, Features: f, EnableDSR: c.flag})
 		if len(plan.LoadBalancers) != 4 {
-			t.Fatalf("%+v: %s", c, Render(plan))
+			t.Fatalf("%+v: %s", c, renderPlan(plan))
 		}
 		for _, lb := range plan.LoadBalancers {
 			want := c.external
@@ -340,7 +340,7 @@ func TestPlanPortsPartial(t *testing.T) {
 	a := port("a", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)})
 	b := port("b", "10.96.0.11", []core.Endpoint{local("10.244.1.6", 8080)})
 	gone := core.PortKey{Service: b.Key.Service, PortName: "old", Protocol: v1.ProtocolTCP, Family: v1.IPv4Protocol}
-	got := Render(planPorts(state(a, b), []core.PortKey{b.Key, gone}, PlanOptions{Features: AllFeatures()}))
+	got := renderPlan(planPorts(state(a, b), []core.PortKey{b.Key, gone}, PlanOptions{Features: AllFeatures()}))
 	mustEqual(t, got, `# HNS plan: 1 load balancers, 0 remote endpoints, 0 unsupported
 lb default/b:http/TCP/v4 ClusterIP 10.96.0.11:80 -> :8080 [10.244.1.6] flags=none portflags=none
 `)
@@ -353,7 +353,7 @@ func TestPlanEmptyProtocolIsNotTCP(t *testing.T) {
 	p := port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)}, func(p *core.ServicePort) {
 		p.Protocol, p.Key.Protocol = "", ""
 	})
-	plan := PlanState(state(p), PlanOptions{Network: overlay, NodeIP: ip("192.168.0.11"), HostMAC: hostMAC, Features: AllFeatures()})
+	plan := planState(state(p), PlanOptions{Network: overlay, NodeIP: ip("192.168.0.11"), HostMAC: hostMAC, Features: AllFeatures()})
 	if len(plan.LoadBalancers) != 0 || len(plan.Notices) != 1 {
 		t.Errorf("want no load balancer and one notice: %+v", plan)
 	}

@@ -1,15 +1,30 @@
 package hns
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/crossproxy/crossproxy/core"
 )
 
-// Render prints a plan as text, one object per line, for `crossproxy render
-// --platform windows` and for readable whole-plan test comparisons. Remote
+// RenderText prints, one object per line, what the backend would program
+// for state: what `crossproxy render --platform windows` shows on any OS.
+func RenderText(state *core.NodeState, opts PlanOptions) string {
+	return renderPlan(planState(state, opts))
+}
+
+// RenderJSON is RenderText's plan as `crossproxy render --platform windows
+// -o json` prints it.
+func RenderJSON(state *core.NodeState, opts PlanOptions) ([]byte, error) {
+	return json.MarshalIndent(planToJSON(planState(state, opts)), "", "  ")
+}
+
+// renderPlan prints a plan as text, one object per line, for RenderText
+// and for readable whole-plan test comparisons. Remote
 // endpoints are marked with "*".
-func Render(p hnsPlan) string {
+func renderPlan(p hnsPlan) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "# HNS plan: %d load balancers, %d remote endpoints, %d unsupported\n",
 		len(p.LoadBalancers), len(p.RemoteEndpoints), len(p.Notices))
@@ -125,8 +140,8 @@ type noticeJSON struct {
 	Detail  string `json:"detail"`
 }
 
-// JSON converts a plan to its JSON form.
-func JSON(p hnsPlan) planJSON {
+// planToJSON converts a plan to its JSON form.
+func planToJSON(p hnsPlan) planJSON {
 	out := planJSON{LoadBalancers: []loadBalancerJSON{}, RemoteEndpoints: []endpointJSON{}, Unsupported: []noticeJSON{}}
 	for _, pl := range p.LoadBalancers {
 		lb := pl.LB

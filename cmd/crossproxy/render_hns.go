@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -192,15 +191,14 @@ func renderHNS(state *core.NodeState) (string, error) {
 	if err := hns.OverlayPrerequisites(opts, state); err != nil {
 		return "", err
 	}
-	plan := hns.PlanState(state, opts)
 	if renderOutput == "json" {
-		b, err := json.MarshalIndent(hns.JSON(plan), "", "  ")
+		b, err := hns.RenderJSON(state, opts)
 		if err != nil {
 			return "", err
 		}
 		return string(b) + "\n", nil
 	}
-	return renderHNSHeader(opts) + hns.Render(plan), nil
+	return renderHNSHeader(opts) + hns.RenderText(state, opts), nil
 }
 
 // renderHNSHeader states the node render assumed.
