@@ -487,7 +487,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	}
 	batch := &batch{}
 	for _, name := range sortedKeys(existing) {
-		batch.add(Op{Kind: OpDelTable, Table: name})
+		batch.add(delTableOp{Table: name})
 	}
 	if len(batch.Ops) == 0 {
 		return nil

@@ -169,9 +169,9 @@ func TestFailedBatchChangesNothing(t *testing.T) {
 	web := webPort.Chains[0]
 	shard := shardTable("crossproxy", webPort.Shard)
 	bad := &batch{Ops: []Op{
-		{Kind: OpFlushChain, Table: shard, Chain: web},
-		{Kind: OpAddChain, Table: shard, Chain: &Chain{Name: "half-written"}},
-		{Kind: OpAddRule, Table: shard, Chain: web, Rule: Rule{Verdict{Kind: verdictGoto, Chain: "no-such-chain"}}},
+		flushChainOp{Table: shard, Chain: web},
+		addChainOp{Table: shard, Chain: &Chain{Name: "half-written"}},
+		addRuleOp{Table: shard, Chain: web, Rule: Rule{Verdict{Kind: verdictGoto, Chain: "no-such-chain"}}},
 	}}
 	err := b.apply(bad)
 	if err == nil {
@@ -231,13 +231,13 @@ func TestBatchOverManyChunks(t *testing.T) {
 	for k := range b.applied.Ports {
 		for _, se := range b.applied.objects(k).Shared {
 			if se.set.Kind == SetEndpoints {
-				bad.add(Op{Kind: OpDelElements, Table: "crossproxy", Set: *se.set, Elements: []element{se.e}})
-				bad.add(Op{Kind: OpAddElements, Table: "crossproxy", Set: *se.set, Elements: []element{se.e}})
+				bad.add(delElementsOp{Table: "crossproxy", Set: *se.set, Elements: []element{se.e}})
+				bad.add(addElementsOp{Table: "crossproxy", Set: *se.set, Elements: []element{se.e}})
 			}
 		}
 	}
 	last := &Chain{Name: shared("IPv4").services}
-	bad.add(Op{Kind: OpAddRule, Table: "crossproxy", Chain: last, Rule: Rule{Verdict{Kind: verdictGoto, Chain: "no-such-chain"}}})
+	bad.add(addRuleOp{Table: "crossproxy", Chain: last, Rule: Rule{Verdict{Kind: verdictGoto, Chain: "no-such-chain"}}})
 	err = b.apply(bad)
 	if err == nil {
 		t.Fatal("the kernel accepted a goto to a missing chain")

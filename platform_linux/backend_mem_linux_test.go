@@ -336,7 +336,7 @@ func TestMemFailedBatchChangesNothing(t *testing.T) {
 	if !victim.Addr.IsValid() {
 		t.Fatalf("no slot-1 endpoint of 10.96.0.10 in:\n%s", m.Dump())
 	}
-	if err := m.foreign(Op{Kind: OpDelElements, Table: "crossproxy", Set: set, Elements: []element{victim}}); err != nil {
+	if err := m.foreign(delElementsOp{Table: "crossproxy", Set: set, Elements: []element{victim}}); err != nil {
 		t.Fatal(err)
 	}
 	before := m.Dump()
@@ -372,7 +372,7 @@ func TestMemCheckDrift(t *testing.T) {
 		t.Fatalf("no commit since the sync: drift %v, %v", d, err)
 	}
 	// firewalld's table, committed by someone else.
-	if err := m.foreign(Op{Kind: OpAddTable, Table: "firewalld"}); err != nil {
+	if err := m.foreign(addTableOp{Table: "firewalld"}); err != nil {
 		t.Fatal(err)
 	}
 	if d, err := b.CheckDrift(ctx); err != nil || d != nil {
@@ -397,7 +397,7 @@ func TestMemCheckDrift(t *testing.T) {
 	if chain == "" {
 		t.Fatalf("no unreferenced shard chain in:\n%s", m.Dump())
 	}
-	if err := m.foreign(Op{Kind: OpDelChain, Table: shard, Chain: &Chain{Name: chain}}); err != nil {
+	if err := m.foreign(delChainOp{Table: shard, Chain: &Chain{Name: chain}}); err != nil {
 		t.Fatal(err)
 	}
 	d, err := b.CheckDrift(ctx)
@@ -497,7 +497,7 @@ func TestMemPeriodicFullSyncIsADiff(t *testing.T) {
 	if chain == "" {
 		t.Fatalf("no shard chain with rules in:\n%s", m.Dump())
 	}
-	if err := m.foreign(Op{Kind: OpFlushChain, Table: shard, Chain: &Chain{Name: chain}}); err != nil {
+	if err := m.foreign(flushChainOp{Table: shard, Chain: &Chain{Name: chain}}); err != nil {
 		t.Fatal(err)
 	}
 	if d, err := b.CheckDrift(ctx); err != nil || d != nil {
@@ -514,7 +514,7 @@ func TestMemPeriodicFullSyncIsADiff(t *testing.T) {
 	// the next full sync is no diff.
 	b.ownGen = 0 // a full sync that rewrites everything
 	b.mutedHook = func() {
-		if err := m.foreign(Op{Kind: OpAddChain, Table: "crossproxy", Chain: &Chain{Name: "intruder"}}); err != nil {
+		if err := m.foreign(addChainOp{Table: "crossproxy", Chain: &Chain{Name: "intruder"}}); err != nil {
 			t.Fatal(err)
 		}
 	}

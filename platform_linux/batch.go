@@ -5,33 +5,76 @@ import (
 	"strings"
 )
 
-// opKind is one kind of netlink command in a batch.
-type opKind int
+// Op is one command of a batch, on one of crossproxy's tables. Each kind of
+// command is a type of its own that carries what it needs: its table, and
+// the set, chain, rule or elements it works on.
+type Op interface {
+	opTable() string
+}
 
-const (
-	OpAddTable opKind = iota
-	OpDelTable
-	OpFlushTable
-	OpAddSet
-	OpDelSet
-	OpAddChain
-	OpFlushChain
-	OpDelChain
-	OpAddRule
-	OpAddElements
-	OpDelElements
+type (
+	// addTableOp adds the table if it does not exist.
+	addTableOp struct{ Table string }
+	// delTableOp deletes the table and everything in it.
+	delTableOp struct{ Table string }
+	// flushTableOp deletes every rule of the table's chains.
+	flushTableOp struct{ Table string }
+	// addSetOp declares a set or map (again, when it has that type).
+	addSetOp struct {
+		Table string
+		Set   Set
+	}
+	// delSetOp deletes a set no rule uses.
+	delSetOp struct {
+		Table string
+		Set   Set
+	}
+	// addChainOp declares a chain (again: no change).
+	addChainOp struct {
+		Table string
+		Chain *Chain
+	}
+	// flushChainOp deletes every rule of a chain.
+	flushChainOp struct {
+		Table string
+		Chain *Chain
+	}
+	// delChainOp deletes a chain nothing jumps to, with its rules.
+	delChainOp struct {
+		Table string
+		Chain *Chain
+	}
+	// addRuleOp appends a rule to a chain.
+	addRuleOp struct {
+		Table string
+		Chain *Chain
+		Rule  Rule
+	}
+	// addElementsOp adds elements to a set or map.
+	addElementsOp struct {
+		Table    string
+		Set      Set
+		Elements []element
+	}
+	// delElementsOp deletes elements of a set or map.
+	delElementsOp struct {
+		Table    string
+		Set      Set
+		Elements []element
+	}
 )
 
-// Op is one command of a batch, on Table. Set is used by set and element
-// ops, Chain by chain ops, Rule (with Chain.Name) by OpAddRule.
-type Op struct {
-	Kind     opKind
-	Table    string
-	Set      Set
-	Chain    *Chain
-	Rule     Rule
-	Elements []element
-}
+func (o addTableOp) opTable() string    { return o.Table }
+func (o delTableOp) opTable() string    { return o.Table }
+func (o flushTableOp) opTable() string  { return o.Table }
+func (o addSetOp) opTable() string      { return o.Table }
+func (o delSetOp) opTable() string      { return o.Table }
+func (o addChainOp) opTable() string    { return o.Table }
+func (o flushChainOp) opTable() string  { return o.Table }
+func (o delChainOp) opTable() string    { return o.Table }
+func (o addRuleOp) opTable() string     { return o.Table }
+func (o addElementsOp) opTable() string { return o.Table }
+func (o delElementsOp) opTable() string { return o.Table }
 
 // batch is an ordered list of commands the kernel applies atomically. It is
 // plain data, so planning is tested without a kernel; Text shows it as nft
@@ -49,46 +92,49 @@ func (b *batch) Len() int { return len(b.Ops) }
 func (b *batch) Text() string {
 	var s strings.Builder
 	for _, op := range b.Ops {
-		t := "inet " + op.Table
-		switch op.Kind {
-		case OpAddTable:
+		t := "inet " + op.opTable()
+		switch op := op.(type) {
+		case addTableOp:
 			fmt.Fprintf(&s, "add table %s\n", t)
-		case OpDelTable:
+		case delTableOp:
 			fmt.Fprintf(&s, "delete table %s\n", t)
-		case OpFlushTable:
+		case flushTableOp:
 			fmt.Fprintf(&s, "flush table %s\n", t)
-		case OpAddSet:
+		case addSetOp:
 			word := "set"
 			if op.Set.Kind == SetFrontends || op.Set.Kind == SetEndpoints {
 				word = "map"
 			}
 			fmt.Fprintf(&s, "add %s %s %s { %s; }\n", word, t, op.Set.Name, op.Set.nftDecl())
-		case OpDelSet:
+		case delSetOp:
 			fmt.Fprintf(&s, "delete set %s %s\n", t, op.Set.Name)
-		case OpAddChain:
+		case addChainOp:
 			fmt.Fprintf(&s, "add chain %s %s\n", t, op.Chain.Name)
-		case OpFlushChain:
+		case flushChainOp:
 			fmt.Fprintf(&s, "flush chain %s %s\n", t, op.Chain.Name)
-		case OpDelChain:
+		case delChainOp:
 			fmt.Fprintf(&s, "delete chain %s %s\n", t, op.Chain.Name)
-		case OpAddRule:
+		case addRuleOp:
 			fmt.Fprintf(&s, "add rule %s %s %s\n", t, op.Chain.Name, op.Rule)
-		case OpAddElements, OpDelElements:
-			verb := "add"
-			if op.Kind == OpDelElements {
-				verb = "delete"
-			}
+		case addElementsOp:
 			es := make([]string, len(op.Elements))
 			for i, e := range op.Elements {
 				es[i] = e.nft(op.Set.Kind)
-				if op.Kind == OpDelElements && op.Set.Kind == SetFrontends {
+			}
+			fmt.Fprintf(&s, "add element %s %s { %s }\n", t, op.Set.Name, strings.Join(es, ", "))
+		case delElementsOp:
+			es := make([]string, len(op.Elements))
+			for i, e := range op.Elements {
+				switch op.Set.Kind {
+				case SetFrontends:
 					es[i] = fmt.Sprintf("%s . %s . %d", e.Addr, protoName(e.Proto), e.Port)
-				}
-				if op.Kind == OpDelElements && op.Set.Kind == SetEndpoints {
+				case SetEndpoints:
 					es[i] = fmt.Sprintf("%s . %s . %d . 0x%08x", e.Addr, protoName(e.Proto), e.Port, e.Slot)
+				default:
+					es[i] = e.nft(op.Set.Kind)
 				}
 			}
-			fmt.Fprintf(&s, "%s element %s %s { %s }\n", verb, t, op.Set.Name, strings.Join(es, ", "))
+			fmt.Fprintf(&s, "delete element %s %s { %s }\n", t, op.Set.Name, strings.Join(es, ", "))
 		}
 	}
 	return s.String()
@@ -98,10 +144,14 @@ func (b *batch) Text() string {
 // attribute limit.
 const maxElementsPerOp = 200
 
-func addElements(b opSink, kind opKind, table string, s Set, es []element) {
+func addElements(b opSink, del bool, table string, s Set, es []element) {
 	for len(es) > 0 {
 		n := min(len(es), maxElementsPerOp)
-		b.add(Op{Kind: kind, Table: table, Set: s, Elements: es[:n]})
+		if del {
+			b.add(delElementsOp{Table: table, Set: s, Elements: es[:n]})
+		} else {
+			b.add(addElementsOp{Table: table, Set: s, Elements: es[:n]})
+		}
 		es = es[n:]
 	}
 }

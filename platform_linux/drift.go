@@ -28,22 +28,22 @@ func censusAfter(before map[string]tableCount, batch *batch) (after map[string]t
 	}
 	for _, op := range batch.Ops {
 		d := 0
-		switch op.Kind {
-		case OpAddTable, OpDelTable, OpFlushTable:
+		switch op.(type) {
+		case addTableOp, delTableOp, flushTableOp:
 			return nil, false
-		case OpAddChain, OpAddSet:
+		case addChainOp, addSetOp:
 			d = 1
-		case OpDelChain, OpDelSet:
+		case delChainOp, delSetOp:
 			d = -1
 		default:
 			continue
 		}
-		c, ok := after[op.Table]
+		c, ok := after[op.opTable()]
 		if !ok {
 			return nil, false
 		}
 		c.Objects = uint32(int(c.Objects) + d)
-		after[op.Table] = c
+		after[op.opTable()] = c
 	}
 	return after, true
 }

@@ -226,17 +226,19 @@ func (w *batchWriter) add(op Op) {
 		return
 	}
 	out := w.out
+	rule, isRule := op.(addRuleOp)
+	chain, isChain := op.(addChainOp)
 	switch {
-	case op.Kind == OpAddRule:
+	case isRule:
 		out.start(msgNewRule, unix.NLM_F_REQUEST|unix.NLM_F_CREATE|unix.NLM_F_APPEND)
-		out.buf, w.err = w.enc.appendRule(out.buf, op.Table, op.Chain.Name, op.Rule)
+		out.buf, w.err = w.enc.appendRule(out.buf, rule.Table, rule.Chain.Name, rule.Rule)
 		if w.err != nil {
 			return
 		}
 		out.end()
-	case op.Kind == OpAddChain && op.Chain.Hook == nil:
+	case isChain && chain.Chain.Hook == nil:
 		out.start(msgNewChain, unix.NLM_F_REQUEST|unix.NLM_F_CREATE)
-		out.buf = appendChain(out.buf, op.Table, op.Chain.Name)
+		out.buf = appendChain(out.buf, chain.Table, chain.Chain.Name)
 		out.end()
 	default:
 		if w.err = appendOp(out, op, &w.setID); w.err != nil {

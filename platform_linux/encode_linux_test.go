@@ -79,28 +79,28 @@ func encodeBatch(c *nftables.Conn, batch *batch) error {
 	setID := uint32(0)
 	tables := map[string]*nftables.Table{}
 	for _, op := range batch.Ops {
-		t := tables[op.Table]
+		t := tables[op.opTable()]
 		if t == nil {
-			t = tableObj(op.Table)
-			tables[op.Table] = t
+			t = tableObj(op.opTable())
+			tables[op.opTable()] = t
 		}
-		switch op.Kind {
-		case OpAddTable:
+		switch op := op.(type) {
+		case addTableOp:
 			c.AddTable(t)
-		case OpDelTable:
+		case delTableOp:
 			c.DelTable(t)
-		case OpFlushTable:
+		case flushTableOp:
 			c.FlushTable(t)
-		case OpAddSet:
+		case addSetOp:
 			s := nftSet(t, op.Set)
 			setID++
 			s.ID = setID
 			if err := c.AddSet(s, nil); err != nil {
 				return fmt.Errorf("encode set %s: %w", op.Set.Name, err)
 			}
-		case OpDelSet:
+		case delSetOp:
 			c.DelSet(&nftables.Set{Table: t, Name: op.Set.Name})
-		case OpAddChain:
+		case addChainOp:
 			ch := &nftables.Chain{Table: t, Name: op.Chain.Name}
 			if h := op.Chain.Hook; h != nil {
 				ch.Type = nftables.ChainType(h.Type)
@@ -108,27 +108,26 @@ func encodeBatch(c *nftables.Conn, batch *batch) error {
 				ch.Priority = nftables.ChainPriorityRef(nftables.ChainPriority(h.Priority))
 			}
 			c.AddChain(ch)
-		case OpFlushChain:
+		case flushChainOp:
 			c.FlushChain(&nftables.Chain{Table: t, Name: op.Chain.Name})
-		case OpDelChain:
+		case delChainOp:
 			c.DelChain(&nftables.Chain{Table: t, Name: op.Chain.Name})
-		case OpAddRule:
+		case addRuleOp:
 			exprs, err := ruleExprs(op.Rule)
 			if err != nil {
 				return fmt.Errorf("encode rule of chain %s: %w", op.Chain.Name, err)
 			}
 			c.AddRule(&nftables.Rule{Table: t, Chain: &nftables.Chain{Table: t, Name: op.Chain.Name}, Exprs: exprs})
-		case OpAddElements, OpDelElements:
-			s := nftSet(t, op.Set)
-			var err error
-			if op.Kind == OpAddElements {
-				err = c.SetAddElements(s, nftElements(op.Set.Kind, op.Elements, true))
-			} else {
-				err = c.SetDeleteElements(s, nftElements(op.Set.Kind, op.Elements, false))
-			}
-			if err != nil {
+		case addElementsOp:
+			if err := c.SetAddElements(nftSet(t, op.Set), nftElements(op.Set.Kind, op.Elements, true)); err != nil {
 				return fmt.Errorf("encode elements of set %s: %w", op.Set.Name, err)
 			}
+		case delElementsOp:
+			if err := c.SetDeleteElements(nftSet(t, op.Set), nftElements(op.Set.Kind, op.Elements, false)); err != nil {
+				return fmt.Errorf("encode elements of set %s: %w", op.Set.Name, err)
+			}
+		default:
+			return fmt.Errorf("encode: no library form for %T", op)
 		}
 	}
 	return nil
@@ -160,19 +159,20 @@ func TestOpEncodingMatchesLibrary(t *testing.T) {
 			affinity = p.Chains[0]
 		}
 		shard := shardTable("crossproxy", p.Shard)
-		batch.add(Op{Kind: OpDelElements, Table: shard, Set: Set{Name: frontendMap(p.Key.Family), Family: p.Key.Family, Kind: SetFrontends}, Elements: p.Frontends})
+		batch.add(delElementsOp{Table: shard, Set: Set{Name: frontendMap(p.Key.Family), Family: p.Key.Family, Kind: SetFrontends}, Elements: p.Frontends})
 	}
 	if affinity == nil {
 		t.Fatal("test state has no affinity set")
 	}
-	batch.add(Op{Kind: OpFlushChain, Table: "crossproxy-0", Chain: anyChain})
-	kinds := map[opKind]int{}
+	batch.add(flushChainOp{Table: "crossproxy-0", Chain: anyChain})
+	kinds := map[string]int{}
 	for _, op := range batch.Ops {
-		kinds[op.Kind]++
+		kinds[fmt.Sprintf("%T", op)]++
 	}
-	for k := OpAddTable; k <= OpDelElements; k++ {
-		if kinds[k] == 0 {
-			t.Fatalf("the test batch lacks command kind %d", k)
+	for _, k := range []Op{addTableOp{}, delTableOp{}, flushTableOp{}, addSetOp{}, delSetOp{}, addChainOp{}, flushChainOp{},
+		delChainOp{}, addRuleOp{}, addElementsOp{}, delElementsOp{}} {
+		if kinds[fmt.Sprintf("%T", k)] == 0 {
+			t.Fatalf("the test batch lacks command kind %T", k)
 		}
 	}
 

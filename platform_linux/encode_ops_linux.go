@@ -64,27 +64,27 @@ func nfgen(b []byte) []byte { return append(b, unix.NFPROTO_INET, unix.NFNETLINK
 // appendOp writes one command other than a rule or regular chain; setID
 // numbers the sets the batch adds, as google/nftables does.
 func appendOp(out *batchBuf, op Op, setID *uint32) error {
-	switch op.Kind {
-	case OpAddTable, OpDelTable:
-		typ, flags := uint16(nftMsg|unix.NFT_MSG_NEWTABLE), uint16(unix.NLM_F_REQUEST|unix.NLM_F_CREATE)
-		if op.Kind == OpDelTable {
-			typ, flags = nftMsg|unix.NFT_MSG_DELTABLE, unix.NLM_F_REQUEST
-		}
-		out.start(typ, flags)
+	switch op := op.(type) {
+	case addTableOp:
+		out.start(nftMsg|unix.NFT_MSG_NEWTABLE, unix.NLM_F_REQUEST|unix.NLM_F_CREATE)
 		out.buf = appendStrAttr(nfgen(out.buf), unix.NFTA_TABLE_NAME, op.Table)
 		out.buf = appendU32Attr(out.buf, unix.NFTA_TABLE_FLAGS, 0)
-	case OpFlushTable:
+	case delTableOp:
+		out.start(nftMsg|unix.NFT_MSG_DELTABLE, unix.NLM_F_REQUEST)
+		out.buf = appendStrAttr(nfgen(out.buf), unix.NFTA_TABLE_NAME, op.Table)
+		out.buf = appendU32Attr(out.buf, unix.NFTA_TABLE_FLAGS, 0)
+	case flushTableOp:
 		out.start(nftMsg|unix.NFT_MSG_DELRULE, unix.NLM_F_REQUEST)
 		out.buf = appendStrAttr(nfgen(out.buf), unix.NFTA_RULE_TABLE, op.Table)
-	case OpAddSet:
+	case addSetOp:
 		*setID++
 		out.start(nftMsg|unix.NFT_MSG_NEWSET, unix.NLM_F_REQUEST|unix.NLM_F_CREATE)
 		out.buf = appendSet(nfgen(out.buf), op.Table, op.Set, *setID)
-	case OpDelSet:
+	case delSetOp:
 		out.start(nftMsg|unix.NFT_MSG_DELSET, unix.NLM_F_REQUEST)
 		out.buf = appendStrAttr(nfgen(out.buf), unix.NFTA_SET_TABLE, op.Table)
 		out.buf = appendStrAttr(out.buf, unix.NFTA_SET_NAME, op.Set.Name)
-	case OpAddChain:
+	case addChainOp:
 		out.start(nftMsg|unix.NFT_MSG_NEWCHAIN, unix.NLM_F_REQUEST|unix.NLM_F_CREATE)
 		out.buf = appendStrAttr(nfgen(out.buf), unix.NFTA_CHAIN_TABLE, op.Table)
 		out.buf = appendStrAttr(out.buf, unix.NFTA_CHAIN_NAME, op.Chain.Name)
@@ -100,25 +100,22 @@ func appendOp(out *batchBuf, op Op, setID *uint32) error {
 			out.buf = endNest(out.buf, at)
 			out.buf = appendStrAttr(out.buf, unix.NFTA_CHAIN_TYPE, h.Type)
 		}
-	case OpFlushChain, OpDelChain:
-		if op.Kind == OpFlushChain {
-			out.start(nftMsg|unix.NFT_MSG_DELRULE, unix.NLM_F_REQUEST)
-			out.buf = appendStrAttr(nfgen(out.buf), unix.NFTA_RULE_TABLE, op.Table)
-			out.buf = appendStrAttr(out.buf, unix.NFTA_RULE_CHAIN, op.Chain.Name)
-		} else {
-			out.start(nftMsg|unix.NFT_MSG_DELCHAIN, unix.NLM_F_REQUEST)
-			out.buf = appendStrAttr(nfgen(out.buf), unix.NFTA_CHAIN_TABLE, op.Table)
-			out.buf = appendStrAttr(out.buf, unix.NFTA_CHAIN_NAME, op.Chain.Name)
-		}
-	case OpAddElements, OpDelElements:
-		typ := uint16(nftMsg | unix.NFT_MSG_NEWSETELEM)
-		if op.Kind == OpDelElements {
-			typ = nftMsg | unix.NFT_MSG_DELSETELEM
-		}
-		out.start(typ, unix.NLM_F_REQUEST|unix.NLM_F_CREATE)
-		out.buf = appendElements(nfgen(out.buf), op, op.Kind == OpAddElements)
+	case flushChainOp:
+		out.start(nftMsg|unix.NFT_MSG_DELRULE, unix.NLM_F_REQUEST)
+		out.buf = appendStrAttr(nfgen(out.buf), unix.NFTA_RULE_TABLE, op.Table)
+		out.buf = appendStrAttr(out.buf, unix.NFTA_RULE_CHAIN, op.Chain.Name)
+	case delChainOp:
+		out.start(nftMsg|unix.NFT_MSG_DELCHAIN, unix.NLM_F_REQUEST)
+		out.buf = appendStrAttr(nfgen(out.buf), unix.NFTA_CHAIN_TABLE, op.Table)
+		out.buf = appendStrAttr(out.buf, unix.NFTA_CHAIN_NAME, op.Chain.Name)
+	case addElementsOp:
+		out.start(nftMsg|unix.NFT_MSG_NEWSETELEM, unix.NLM_F_REQUEST|unix.NLM_F_CREATE)
+		out.buf = appendElements(nfgen(out.buf), op.Table, op.Set, op.Elements, true)
+	case delElementsOp:
+		out.start(nftMsg|unix.NFT_MSG_DELSETELEM, unix.NLM_F_REQUEST|unix.NLM_F_CREATE)
+		out.buf = appendElements(nfgen(out.buf), op.Table, op.Set, op.Elements, false)
 	default:
-		return fmt.Errorf("encode: unknown command kind %d", op.Kind)
+		return fmt.Errorf("encode: no netlink form for %T", op)
 	}
 	out.end()
 	return nil
@@ -176,32 +173,32 @@ func appendSet(b []byte, table string, s Set, id uint32) []byte {
 
 // appendElements writes the element list of NEWSETELEM/DELSETELEM; with data,
 // frontend map elements carry their verdict and comment.
-func appendElements(b []byte, op Op, withData bool) []byte {
-	b = appendStrAttr(b, unix.NFTA_SET_NAME, op.Set.Name)
+func appendElements(b []byte, table string, set Set, elements []element, withData bool) []byte {
+	b = appendStrAttr(b, unix.NFTA_SET_NAME, set.Name)
 	b = appendU32Attr(b, unix.NFTA_LOOKUP_SET_ID, 0)
-	b = appendStrAttr(b, unix.NFTA_SET_TABLE, op.Table)
+	b = appendStrAttr(b, unix.NFTA_SET_TABLE, table)
 	var list int
 	b, list = nest(b, unix.NFTA_SET_ELEM_LIST_ELEMENTS)
 	var key [40]byte
-	for i, e := range op.Elements {
+	for i, e := range elements {
 		var item, k int
 		b, item = nest(b, uint16(i+1))
 		b, k = nest(b, unix.NFTA_SET_ELEM_KEY)
-		kb := appendElementKey(key[:0], op.Set.Kind, e)
+		kb := appendElementKey(key[:0], set.Kind, e)
 		b = pad4(append(appendHdr(b, 4+len(kb), unix.NFTA_DATA_VALUE), kb...))
 		b = endNest(b, k)
-		if withData && op.Set.Kind == SetKeys && e.Comment != "" {
+		if withData && set.Kind == SetKeys && e.Comment != "" {
 			ud := userdata.AppendString(nil, userdata.NFTNL_UDATA_SET_ELEM_COMMENT, e.Comment)
 			b = pad4(append(appendHdr(b, 4+len(ud), unix.NFTA_SET_ELEM_USERDATA), ud...))
 		}
-		if withData && op.Set.Kind == SetEndpoints {
+		if withData && set.Kind == SetEndpoints {
 			var data int
 			b, data = nest(b, unix.NFTA_SET_ELEM_DATA)
 			to := append(e.To.Addr().AsSlice(), byte(e.To.Port()>>8), byte(e.To.Port()), 0, 0)
 			b = pad4(append(appendHdr(b, 4+len(to), unix.NFTA_DATA_VALUE), to...))
 			b = endNest(b, data)
 		}
-		if withData && op.Set.Kind == SetFrontends {
+		if withData && set.Kind == SetFrontends {
 			var data, verdict int
 			b, data = nest(b, unix.NFTA_SET_ELEM_DATA)
 			b, verdict = nest(b, unix.NFTA_DATA_VERDICT)

@@ -52,10 +52,13 @@ func (e *batchError) Unwrap() []error { return e.Errors }
 // describeOp names one command of a batch for an error message: its nft
 // text, or for elements how many and of which set.
 func describeOp(op Op) string {
-	one := &batch{Ops: []Op{op}}
-	if op.Kind == OpAddElements || op.Kind == OpDelElements {
-		return fmt.Sprintf("%s %d elements of set %s", map[opKind]string{OpAddElements: "add", OpDelElements: "delete"}[op.Kind], len(op.Elements), op.Set.Name)
+	switch op := op.(type) {
+	case addElementsOp:
+		return fmt.Sprintf("add %d elements of set %s", len(op.Elements), op.Set.Name)
+	case delElementsOp:
+		return fmt.Sprintf("delete %d elements of set %s", len(op.Elements), op.Set.Name)
 	}
+	one := &batch{Ops: []Op{op}}
 	s := one.Text()
 	if len(s) > 0 && s[len(s)-1] == '\n' {
 		s = s[:len(s)-1]

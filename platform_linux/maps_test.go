@@ -190,8 +190,14 @@ func TestEndpointChangeSendsOnlyElements(t *testing.T) {
 			t.Fatalf("%s: nothing sent", s.name)
 		}
 		for _, op := range plan.Batch.Ops {
-			elementOp := op.Kind == OpAddElements || op.Kind == OpDelElements
-			if !elementOp || op.Set.Kind == SetFrontends || op.Set.Kind == SetAffinity {
+			var set Set
+			switch op := op.(type) {
+			case addElementsOp:
+				set = op.Set
+			case delElementsOp:
+				set = op.Set
+			}
+			if set.Name == "" || set.Kind == SetFrontends || set.Kind == SetAffinity {
 				t.Errorf("%s: the batch has %q; an endpoint change must send elements of plain sets and data maps only",
 					s.name, (&batch{Ops: []Op{op}}).Text())
 			}

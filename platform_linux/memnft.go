@@ -142,24 +142,24 @@ func (m *memKernel) clone() *memKernel {
 
 // do applies one command, or says why the kernel would refuse it.
 func (m *memKernel) do(op Op) syscall.Errno {
-	if op.Kind == OpAddTable {
+	if op, ok := op.(addTableOp); ok {
 		if m.tables[op.Table] == nil {
 			m.tables[op.Table] = &memTable{chains: map[string]*memChain{}, sets: map[string]*memSet{}}
 		}
 		return 0
 	}
-	t := m.tables[op.Table]
+	t := m.tables[op.opTable()]
 	if t == nil {
 		return syscall.ENOENT
 	}
-	switch op.Kind {
-	case OpDelTable:
+	switch op := op.(type) {
+	case delTableOp:
 		delete(m.tables, op.Table)
-	case OpFlushTable:
+	case flushTableOp:
 		for _, c := range t.chains {
 			c.rules = nil
 		}
-	case OpAddSet:
+	case addSetOp:
 		if s := t.sets[op.Set.Name]; s != nil {
 			if s.decl.Kind != op.Set.Kind || s.decl.Family != op.Set.Family || s.decl.Timeout != op.Set.Timeout {
 				return syscall.EEXIST
@@ -167,7 +167,7 @@ func (m *memKernel) do(op Op) syscall.Errno {
 			return 0
 		}
 		t.sets[op.Set.Name] = &memSet{decl: op.Set, elems: map[string]element{}}
-	case OpDelSet:
+	case delSetOp:
 		if t.sets[op.Set.Name] == nil {
 			return syscall.ENOENT
 		}
@@ -175,7 +175,7 @@ func (m *memKernel) do(op Op) syscall.Errno {
 			return syscall.EBUSY
 		}
 		delete(t.sets, op.Set.Name)
-	case OpAddChain:
+	case addChainOp:
 		c := t.chains[op.Chain.Name]
 		if c == nil {
 			t.chains[op.Chain.Name] = &memChain{hook: op.Chain.Hook}
@@ -190,13 +190,13 @@ func (m *memKernel) do(op Op) syscall.Errno {
 		case *c.hook != *op.Chain.Hook:
 			return syscall.EOPNOTSUPP
 		}
-	case OpFlushChain:
+	case flushChainOp:
 		c := t.chains[op.Chain.Name]
 		if c == nil {
 			return syscall.ENOENT
 		}
 		c.rules = nil
-	case OpDelChain:
+	case delChainOp:
 		if t.chains[op.Chain.Name] == nil {
 			return syscall.ENOENT
 		}
@@ -204,7 +204,7 @@ func (m *memKernel) do(op Op) syscall.Errno {
 			return syscall.EBUSY
 		}
 		delete(t.chains, op.Chain.Name)
-	case OpAddRule:
+	case addRuleOp:
 		c := t.chains[op.Chain.Name]
 		if c == nil {
 			return syscall.ENOENT
@@ -215,45 +215,64 @@ func (m *memKernel) do(op Op) syscall.Errno {
 			}
 		}
 		c.rules = append(c.rules, op.Rule)
-	case OpAddElements, OpDelElements:
-		s := t.sets[op.Set.Name]
-		if s == nil {
-			return syscall.ENOENT
-		}
-		for _, e := range op.Elements {
-			if !keyFits(s.decl, e) {
-				return syscall.EINVAL
-			}
-			k := memKey(s.decl.Kind, e)
-			old, ok := s.elems[k]
-			if op.Kind == OpDelElements {
-				if !ok {
-					return syscall.ENOENT
-				}
-				delete(s.elems, k)
-				continue
-			}
-			if s.decl.Kind == SetFrontends {
-				c := t.chains[e.Chain]
-				if c == nil {
-					return syscall.ENOENT
-				}
-				if c.hook != nil {
-					return syscall.EOPNOTSUPP
-				}
-			}
-			if ok {
-				// Added again: accepted when the data is the same, and the
-				// element keeps what it had (its comment too).
-				if old.Chain != e.Chain || old.To != e.To {
-					return syscall.EEXIST
-				}
-				continue
-			}
-			s.elems[k] = e
-		}
+	case addElementsOp:
+		return t.addElements(op.Set.Name, op.Elements)
+	case delElementsOp:
+		return t.delElements(op.Set.Name, op.Elements)
 	default:
 		return syscall.EOPNOTSUPP
+	}
+	return 0
+}
+
+// addElements adds elements to a set, or says why the kernel would refuse.
+func (t *memTable) addElements(set string, es []element) syscall.Errno {
+	s := t.sets[set]
+	if s == nil {
+		return syscall.ENOENT
+	}
+	for _, e := range es {
+		if !keyFits(s.decl, e) {
+			return syscall.EINVAL
+		}
+		if s.decl.Kind == SetFrontends {
+			c := t.chains[e.Chain]
+			if c == nil {
+				return syscall.ENOENT
+			}
+			if c.hook != nil {
+				return syscall.EOPNOTSUPP
+			}
+		}
+		k := memKey(s.decl.Kind, e)
+		if old, ok := s.elems[k]; ok {
+			// Added again: accepted when the data is the same, and the
+			// element keeps what it had (its comment too).
+			if old.Chain != e.Chain || old.To != e.To {
+				return syscall.EEXIST
+			}
+			continue
+		}
+		s.elems[k] = e
+	}
+	return 0
+}
+
+// delElements deletes elements of a set, or says why the kernel would refuse.
+func (t *memTable) delElements(set string, es []element) syscall.Errno {
+	s := t.sets[set]
+	if s == nil {
+		return syscall.ENOENT
+	}
+	for _, e := range es {
+		if !keyFits(s.decl, e) {
+			return syscall.EINVAL
+		}
+		k := memKey(s.decl.Kind, e)
+		if _, ok := s.elems[k]; !ok {
+			return syscall.ENOENT
+		}
+		delete(s.elems, k)
 	}
 	return 0
 }

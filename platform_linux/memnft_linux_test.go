@@ -74,7 +74,7 @@ func TestModelAgreesWithTheKernel(t *testing.T) {
 	missing := ep
 	missing.Slot = 4000
 	v6 := element{Addr: netip.MustParseAddr("fd00::1")}
-	good := Op{Kind: OpAddElements, Table: main, Set: addrs.decl, Elements: []element{{Addr: netip.MustParseAddr("10.96.200.1")}}}
+	good := addElementsOp{Table: main, Set: addrs.decl, Elements: []element{{Addr: netip.MustParseAddr("10.96.200.1")}}}
 	fr := anyElem(frontends)
 	baseChain := mem.tables[main].chains[base]
 	otherKind := endpoints.decl
@@ -84,27 +84,27 @@ func TestModelAgreesWithTheKernel(t *testing.T) {
 		what string
 		op   Op
 	}{
-		{"delete an element that is not there", Op{Kind: OpDelElements, Table: main, Set: endpoints.decl, Elements: []element{missing}}},
-		{"add an element again with other data", Op{Kind: OpAddElements, Table: main, Set: endpoints.decl, Elements: []element{other}}},
-		{"add an element again with the same data", Op{Kind: OpAddElements, Table: main, Set: endpoints.decl, Elements: []element{ep}}},
-		{"delete a map a rule looks up", Op{Kind: OpDelSet, Table: main, Set: endpoints.decl}},
-		{"delete a chain a verdict-map element goes to", Op{Kind: OpDelChain, Table: frontTable, Chain: &Chain{Name: fr.Chain}}},
-		{"delete a chain a rule jumps to", Op{Kind: OpDelChain, Table: jumpTable, Chain: &Chain{Name: jumped}}},
-		{"add a rule that looks up a missing set", Op{Kind: OpAddRule, Table: main, Chain: &Chain{Name: base}, Rule: Rule{matchAddrSet{Family: v1.IPv4Protocol, Set: "no-such-set"}, Verdict{Kind: verdictAccept}}}},
-		{"add a rule that jumps to a base chain", Op{Kind: OpAddRule, Table: main, Chain: &Chain{Name: jumped}, Rule: Rule{Verdict{Kind: verdictJump, Chain: base}}}},
-		{"add an IPv6 address to an IPv4 set", Op{Kind: OpAddElements, Table: main, Set: addrs.decl, Elements: []element{v6}}},
-		{"declare a map again as another type", Op{Kind: OpAddSet, Table: main, Set: otherKind}},
-		{"add an element to a missing set", Op{Kind: OpAddElements, Table: main, Set: Set{Name: "no-such-set", Family: v1.IPv4Protocol, Kind: SetAddrs}, Elements: []element{good.Elements[0]}}},
-		{"flush a missing chain", Op{Kind: OpFlushChain, Table: main, Chain: &Chain{Name: "no-such-chain"}}},
-		{"add a base chain again with another hook", Op{Kind: OpAddChain, Table: main, Chain: &Chain{Name: base, Hook: &hook{Type: baseChain.hook.Type, Hook: "input", Priority: baseChain.hook.Priority}}}},
-		{"make a regular chain a base chain", Op{Kind: OpAddChain, Table: jumpTable, Chain: &Chain{Name: jumped, Hook: baseChain.hook}}},
-		{"delete a missing table", Op{Kind: OpDelTable, Table: "no-such-table"}},
+		{"delete an element that is not there", delElementsOp{Table: main, Set: endpoints.decl, Elements: []element{missing}}},
+		{"add an element again with other data", addElementsOp{Table: main, Set: endpoints.decl, Elements: []element{other}}},
+		{"add an element again with the same data", addElementsOp{Table: main, Set: endpoints.decl, Elements: []element{ep}}},
+		{"delete a map a rule looks up", delSetOp{Table: main, Set: endpoints.decl}},
+		{"delete a chain a verdict-map element goes to", delChainOp{Table: frontTable, Chain: &Chain{Name: fr.Chain}}},
+		{"delete a chain a rule jumps to", delChainOp{Table: jumpTable, Chain: &Chain{Name: jumped}}},
+		{"add a rule that looks up a missing set", addRuleOp{Table: main, Chain: &Chain{Name: base}, Rule: Rule{matchAddrSet{Family: v1.IPv4Protocol, Set: "no-such-set"}, Verdict{Kind: verdictAccept}}}},
+		{"add a rule that jumps to a base chain", addRuleOp{Table: main, Chain: &Chain{Name: jumped}, Rule: Rule{Verdict{Kind: verdictJump, Chain: base}}}},
+		{"add an IPv6 address to an IPv4 set", addElementsOp{Table: main, Set: addrs.decl, Elements: []element{v6}}},
+		{"declare a map again as another type", addSetOp{Table: main, Set: otherKind}},
+		{"add an element to a missing set", addElementsOp{Table: main, Set: Set{Name: "no-such-set", Family: v1.IPv4Protocol, Kind: SetAddrs}, Elements: []element{good.Elements[0]}}},
+		{"flush a missing chain", flushChainOp{Table: main, Chain: &Chain{Name: "no-such-chain"}}},
+		{"add a base chain again with another hook", addChainOp{Table: main, Chain: &Chain{Name: base, Hook: &hook{Type: baseChain.hook.Type, Hook: "input", Priority: baseChain.hook.Priority}}}},
+		{"make a regular chain a base chain", addChainOp{Table: jumpTable, Chain: &Chain{Name: jumped, Hook: baseChain.hook}}},
+		{"delete a missing table", delTableOp{Table: "no-such-table"}},
 	} {
 		agree(t, c.what, real, mem, ns, main, []Op{good, c.op})
 		// A batch both accepted (an element added again with the same
 		// data) added the good element too: take it out of both.
 		if _, ok := mem.tables[main].sets[addrs.decl.Name].elems[memKey(SetAddrs, good.Elements[0])]; ok {
-			agree(t, "undo "+c.what, real, mem, ns, main, []Op{{Kind: OpDelElements, Table: main, Set: addrs.decl, Elements: good.Elements}})
+			agree(t, "undo "+c.what, real, mem, ns, main, []Op{delElementsOp{Table: main, Set: addrs.decl, Elements: good.Elements}})
 		}
 	}
 }

@@ -169,12 +169,12 @@ func (d *portsDiff) emit(b *batch, prev *applied) {
 	// 1. new sets and chains exist before anything refers to them.
 	for _, n := range sortedKeys(d.newSets) {
 		if _, ok := d.oldSets[n]; !ok {
-			b.add(Op{Kind: OpAddSet, Table: d.newSets[n].table, Set: d.newSets[n].set})
+			b.add(addSetOp{Table: d.newSets[n].table, Set: d.newSets[n].set})
 		}
 	}
 	for _, n := range d.chainOrder {
 		if _, ok := d.oldChains[n]; !ok {
-			b.add(Op{Kind: OpAddChain, Table: d.newChains[n].table, Chain: d.newChains[n].chain})
+			b.add(addChainOp{Table: d.newChains[n].table, Chain: d.newChains[n].chain})
 		}
 	}
 	// 2. changed chains are flushed and refilled, new ones filled.
@@ -184,10 +184,10 @@ func (d *portsDiff) emit(b *batch, prev *applied) {
 			if rulesEqual(o.chain.Rules, c.chain.Rules) {
 				continue
 			}
-			b.add(Op{Kind: OpFlushChain, Table: c.table, Chain: c.chain})
+			b.add(flushChainOp{Table: c.table, Chain: c.chain})
 		}
 		for _, r := range c.chain.Rules {
-			b.add(Op{Kind: OpAddRule, Table: c.table, Chain: c.chain, Rule: r})
+			b.add(addRuleOp{Table: c.table, Chain: c.chain, Rule: r})
 		}
 	}
 	// 3. frontend map elements: deletions first, so a frontend that moved to
@@ -205,12 +205,12 @@ func (d *portsDiff) emit(b *batch, prev *applied) {
 	for _, m := range maps {
 		s := Set{Name: frontendMap(m.fam), Family: m.fam, Kind: SetFrontends}
 		sortElems(d.fe[m].del)
-		addElements(b, OpDelElements, m.table, s, d.fe[m].del)
+		addElements(b, true, m.table, s, d.fe[m].del)
 	}
 	for _, m := range maps {
 		s := Set{Name: frontendMap(m.fam), Family: m.fam, Kind: SetFrontends}
 		sortElems(d.fe[m].add)
-		addElements(b, OpAddElements, m.table, s, d.fe[m].add)
+		addElements(b, false, m.table, s, d.fe[m].add)
 	}
 	// 3b. shared-map elements: deletions first, so an element whose data
 	// changed (an endpoint moved into another slot) is deleted and added again.
@@ -221,11 +221,11 @@ func (d *portsDiff) emit(b *batch, prev *applied) {
 	sort.Slice(sets, func(i, j int) bool { return sets[i].Name < sets[j].Name })
 	for _, s := range sets {
 		sortElems(d.shared[s].del)
-		addElements(b, OpDelElements, prev.Table, *s, d.shared[s].del)
+		addElements(b, true, prev.Table, *s, d.shared[s].del)
 	}
 	for _, s := range sets {
 		sortElems(d.shared[s].add)
-		addElements(b, OpAddElements, prev.Table, *s, d.shared[s].add)
+		addElements(b, false, prev.Table, *s, d.shared[s].add)
 	}
 	// 4. shared sets: an element exists while at least one port uses it.
 	countElements(b, prev.Table, prev.clusterIPs, d.ipDelta, clusterIPSet, false)
@@ -239,14 +239,14 @@ func (d *portsDiff) emit(b *batch, prev *applied) {
 	}
 	sort.Strings(dying)
 	for _, n := range dying {
-		b.add(Op{Kind: OpFlushChain, Table: d.oldChains[n].table, Chain: d.oldChains[n].chain})
+		b.add(flushChainOp{Table: d.oldChains[n].table, Chain: d.oldChains[n].chain})
 	}
 	for _, n := range dying {
-		b.add(Op{Kind: OpDelChain, Table: d.oldChains[n].table, Chain: d.oldChains[n].chain})
+		b.add(delChainOp{Table: d.oldChains[n].table, Chain: d.oldChains[n].chain})
 	}
 	for _, n := range sortedKeys(d.oldSets) {
 		if _, ok := d.newSets[n]; !ok {
-			b.add(Op{Kind: OpDelSet, Table: d.oldSets[n].table, Set: d.oldSets[n].set})
+			b.add(delSetOp{Table: d.oldSets[n].table, Set: d.oldSets[n].set})
 		}
 	}
 }
@@ -354,7 +354,7 @@ func countElements(b *batch, table string, prev useCounts, delta map[netip.Addr]
 	}
 	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
 		s := Set{Name: setName(f), Family: f, Kind: kind}
-		addElements(b, OpDelElements, table, s, del[f])
-		addElements(b, OpAddElements, table, s, add[f])
+		addElements(b, true, table, s, del[f])
+		addElements(b, false, table, s, add[f])
 	}
 }

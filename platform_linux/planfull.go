@@ -29,7 +29,7 @@ func planFull(names []string, tables iter.Seq[*tableContent], existing map[strin
 	}
 	for _, name := range sortedKeys(existing) {
 		if !want[name] {
-			b.add(Op{Kind: OpDelTable, Table: name})
+			b.add(delTableOp{Table: name})
 		}
 	}
 	for t := range tables {
@@ -52,13 +52,13 @@ func planRuleset(rs *ruleset, existing map[string]inventory, recreate bool) *bat
 }
 
 func planTable(b opSink, t *tableContent, inv inventory, recreate bool) {
-	b.add(Op{Kind: OpAddTable, Table: t.Name})
+	b.add(addTableOp{Table: t.Name})
 	if recreate {
-		b.add(Op{Kind: OpDelTable, Table: t.Name})
-		b.add(Op{Kind: OpAddTable, Table: t.Name})
+		b.add(delTableOp{Table: t.Name})
+		b.add(addTableOp{Table: t.Name})
 		inv = inventory{}
 	} else {
-		b.add(Op{Kind: OpFlushTable, Table: t.Name})
+		b.add(flushTableOp{Table: t.Name})
 	}
 	wantSet := make(map[string]bool, len(t.Sets))
 	for _, s := range t.Sets {
@@ -76,12 +76,12 @@ func planTable(b opSink, t *tableContent, inv inventory, recreate bool) {
 	// entries (the clients' endpoints) across a full sync.
 	for _, s := range t.Sets {
 		if have[s.Name] && s.Kind != SetAffinity {
-			b.add(Op{Kind: OpDelSet, Table: t.Name, Set: Set{Name: s.Name}})
+			b.add(delSetOp{Table: t.Name, Set: Set{Name: s.Name}})
 		}
 	}
 	for _, n := range inv.Sets {
 		if !wantSet[n] {
-			b.add(Op{Kind: OpDelSet, Table: t.Name, Set: Set{Name: n}})
+			b.add(delSetOp{Table: t.Name, Set: Set{Name: n}})
 		}
 	}
 	wantChain := make(map[string]bool, len(t.Chains))
@@ -90,16 +90,16 @@ func planTable(b opSink, t *tableContent, inv inventory, recreate bool) {
 	}
 	for _, n := range inv.Chains {
 		if !wantChain[n] {
-			b.add(Op{Kind: OpDelChain, Table: t.Name, Chain: &Chain{Name: n}})
+			b.add(delChainOp{Table: t.Name, Chain: &Chain{Name: n}})
 		}
 	}
 	for _, s := range t.Sets {
 		if !have[s.Name] || s.Kind != SetAffinity {
-			b.add(Op{Kind: OpAddSet, Table: t.Name, Set: s})
+			b.add(addSetOp{Table: t.Name, Set: s})
 		}
 	}
 	for _, c := range t.Chains {
-		b.add(Op{Kind: OpAddChain, Table: t.Name, Chain: c})
+		b.add(addChainOp{Table: t.Name, Chain: c})
 	}
 	// Rules before elements, though the kernel checks each element added to
 	// a map against every rule bound to it: binding a rule to a filled map
@@ -107,11 +107,11 @@ func planTable(b opSink, t *tableContent, inv inventory, recreate bool) {
 	// against 1.2 s for a 10k full sync; test/results/scale.md).
 	for _, c := range t.Chains {
 		for _, r := range c.Rules {
-			b.add(Op{Kind: OpAddRule, Table: t.Name, Chain: c, Rule: r})
+			b.add(addRuleOp{Table: t.Name, Chain: c, Rule: r})
 		}
 	}
 	for _, s := range t.Sets {
-		addElements(b, OpAddElements, t.Name, s, t.Elements[s.Name])
+		addElements(b, false, t.Name, s, t.Elements[s.Name])
 	}
 	if t.Shared != nil {
 		planShared(b, t.Name, t.Shared)
@@ -131,7 +131,7 @@ func planShared(b opSink, table string, ports iter.Seq[[]sharedElem]) {
 			}
 			es = append(es, se.e)
 			if len(es) == maxElementsPerOp {
-				b.add(Op{Kind: OpAddElements, Table: table, Set: *se.set, Elements: es})
+				b.add(addElementsOp{Table: table, Set: *se.set, Elements: es})
 				es = nil
 			}
 			pending[se.set] = es
@@ -145,6 +145,6 @@ func planShared(b opSink, table string, ports iter.Seq[[]sharedElem]) {
 	}
 	sort.Slice(sets, func(i, j int) bool { return sets[i].Name < sets[j].Name })
 	for _, s := range sets {
-		b.add(Op{Kind: OpAddElements, Table: table, Set: *s, Elements: pending[s]})
+		b.add(addElementsOp{Table: table, Set: *s, Elements: pending[s]})
 	}
 }

@@ -76,17 +76,16 @@ func probeCommands(table string) []probeCommand {
 	}
 	var cmds []probeCommand
 	add := func(feature string, op Op) {
-		op.Table = table
 		cmds = append(cmds, probeCommand{feature: feature, op: op})
 	}
 	for _, f := range []v1.IPFamily{v4, v6} {
 		s := sets[f]
-		add("verdict map keyed by address . protocol . port", Op{Kind: OpAddSet, Set: s.front})
-		add("set of addresses", Op{Kind: OpAddSet, Set: s.addrs})
-		add("set of concatenated address pairs", Op{Kind: OpAddSet, Set: s.pairs})
-		add("dynamic set with timeouts (session affinity)", Op{Kind: OpAddSet, Set: s.aff})
-		add("set of address . protocol . port", Op{Kind: OpAddSet, Set: s.keys})
-		add("data map address . protocol . port . slot : address . port", Op{Kind: OpAddSet, Set: s.eps})
+		add("verdict map keyed by address . protocol . port", addSetOp{Table: table, Set: s.front})
+		add("set of addresses", addSetOp{Table: table, Set: s.addrs})
+		add("set of concatenated address pairs", addSetOp{Table: table, Set: s.pairs})
+		add("dynamic set with timeouts (session affinity)", addSetOp{Table: table, Set: s.aff})
+		add("set of address . protocol . port", addSetOp{Table: table, Set: s.keys})
+		add("data map address . protocol . port . slot : address . port", addSetOp{Table: table, Set: s.eps})
 	}
 	base := func(name, hookName string, prio int32) *Chain {
 		return &Chain{Name: name, Hook: &hook{Type: "nat", Hook: hookName, Priority: prio}}
@@ -95,17 +94,17 @@ func probeCommands(table string) []probeCommand {
 	output := base(chainOutput, "output", priorityDstNAT)
 	postrouting := base(chainPostrouting, "postrouting", prioritySrcNAT)
 	for _, c := range []*Chain{prerouting, output, postrouting} {
-		add("nat chain on hook "+c.Hook.Hook, Op{Kind: OpAddChain, Chain: c})
+		add("nat chain on hook "+c.Hook.Hook, addChainOp{Table: table, Chain: c})
 	}
 	localnet := localnetGuard()
-	add("filter chain on hook input", Op{Kind: OpAddChain, Chain: &Chain{Name: localnet.Name, Hook: localnet.Hook}})
+	add("filter chain on hook input", addChainOp{Table: table, Chain: &Chain{Name: localnet.Name, Hook: localnet.Hook}})
 	rule0 := localnet.Rules[0]
 	chains := map[string]*Chain{}
 	for _, name := range []string{probeSvc, probeSvc6, probeExt, probeMasq, probeMark, probeReject, probePick} {
 		chains[name] = &Chain{Name: name}
-		add("regular chain", Op{Kind: OpAddChain, Chain: chains[name]})
+		add("regular chain", addChainOp{Table: table, Chain: chains[name]})
 	}
-	rule := func(feature string, c *Chain, r ...stmt) { add(feature, Op{Kind: OpAddRule, Chain: c, Rule: r}) }
+	rule := func(feature string, c *Chain, r ...stmt) { add(feature, addRuleOp{Table: table, Chain: c, Rule: r}) }
 	rule("localhost guard: iifname, address, ct state and ct status matches (CVE-2020-8558)", localnet, rule0...)
 	pod4, pod6 := netip.MustParseAddrPort("192.0.2.10:8080"), netip.MustParseAddrPort("[2001:db8::10]:8080")
 	cluster4, cluster6 := netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:244::/64")
@@ -161,7 +160,7 @@ func probeCommands(table string) []probeCommand {
 		{v4, "192.0.2.2", v1.ProtocolTCP, probeExt},
 		{v6, "2001:db8::1", v1.ProtocolUDP, probeSvc6},
 	} {
-		add("verdict map element with a comment (goto)", Op{Kind: OpAddElements, Set: sets[e.f].front,
+		add("verdict map element with a comment (goto)", addElementsOp{Table: table, Set: sets[e.f].front,
 			Elements: []element{{Addr: netip.MustParseAddr(e.addr), Proto: e.proto, Port: 80, Chain: e.chain, Comment: "ClusterIP"}}})
 	}
 	for _, f := range []v1.IPFamily{v4, v6} {
@@ -169,14 +168,14 @@ func probeCommands(table string) []probeCommand {
 		if f == v6 {
 			a = netip.MustParseAddr("2001:db8::3")
 		}
-		add("address set element", Op{Kind: OpAddElements, Set: sets[f].addrs, Elements: []element{{Addr: a}}})
-		add("concatenated set element", Op{Kind: OpAddElements, Set: sets[f].pairs, Elements: []element{{Addr: a, Addr2: a}}})
+		add("address set element", addElementsOp{Table: table, Set: sets[f].addrs, Elements: []element{{Addr: a}}})
+		add("concatenated set element", addElementsOp{Table: table, Set: sets[f].pairs, Elements: []element{{Addr: a, Addr2: a}}})
 		key := element{Addr: a, Proto: v1.ProtocolTCP, Port: 80}
 		gate := key
 		gate.Comment = "ClusterIP default/probe"
-		add("concatenated set element with a comment", Op{Kind: OpAddElements, Set: sets[f].keys, Elements: []element{gate}})
+		add("concatenated set element with a comment", addElementsOp{Table: table, Set: sets[f].keys, Elements: []element{gate}})
 		key.Slot, key.To = 1, netip.AddrPortFrom(a, 8080)
-		add("data map element address . port", Op{Kind: OpAddElements, Set: sets[f].eps, Elements: []element{key}})
+		add("data map element address . port", addElementsOp{Table: table, Set: sets[f].eps, Elements: []element{key}})
 	}
 	return cmds
 }
@@ -227,8 +226,8 @@ func (b *Backend) probe(cmds []probeCommand) error {
 	// Add, delete (an interrupted probe's table, or the one just added),
 	// add dormant: the probe starts from nothing whatever was there.
 	head := []string{"inet table", "inet table", "dormant inet table"}
-	w.add(Op{Kind: OpAddTable, Table: table})
-	w.add(Op{Kind: OpDelTable, Table: table})
+	w.add(addTableOp{Table: table})
+	w.add(delTableOp{Table: table})
 	w.out.start(nftMsg|unix.NFT_MSG_NEWTABLE, unix.NLM_F_REQUEST|unix.NLM_F_CREATE)
 	w.out.buf = appendStrAttr(nfgen(w.out.buf), unix.NFTA_TABLE_NAME, table)
 	w.out.buf = appendU32Attr(w.out.buf, unix.NFTA_TABLE_FLAGS, unix.NFT_TABLE_F_DORMANT)
@@ -254,7 +253,7 @@ func (b *Backend) probe(cmds []probeCommand) error {
 	if err := b.batches.send(b.ns, msgs, describe); err != nil {
 		return floorError(err)
 	}
-	del := &batch{Ops: []Op{{Kind: OpDelTable, Table: table}}}
+	del := &batch{Ops: []Op{delTableOp{Table: table}}}
 	if err := b.apply(del); err != nil {
 		return fmt.Errorf("kernel probe: delete table inet %s: %w", table, err)
 	}

@@ -35,14 +35,14 @@ func TestProbeCoversTheRuleset(t *testing.T) {
 
 // opKinds names what kinds of kernel objects and expressions an op needs.
 func opKinds(op Op) []string {
-	switch op.Kind {
-	case OpAddSet:
+	switch op := op.(type) {
+	case addSetOp:
 		return []string{fmt.Sprintf("set kind %d", op.Set.Kind)}
-	case OpAddChain:
+	case addChainOp:
 		if h := op.Chain.Hook; h != nil {
 			return []string{fmt.Sprintf("%s chain on hook %s", h.Type, h.Hook)}
 		}
-	case OpAddRule:
+	case addRuleOp:
 		var out []string
 		for _, s := range op.Rule {
 			k := reflect.TypeOf(s).Name()
@@ -98,9 +98,9 @@ func TestProbeNamesTheMissingFeature(t *testing.T) {
 	table := probeTable(b.cfg.table())
 	for _, extra := range []probeCommand{
 		{feature: "nat chain on hook forward",
-			op: Op{Kind: OpAddChain, Table: table, Chain: &Chain{Name: "fwd", Hook: &hook{Type: "nat", Hook: "forward"}}}},
+			op: addChainOp{Table: table, Chain: &Chain{Name: "fwd", Hook: &hook{Type: "nat", Hook: "forward"}}}},
 		{feature: "masquerade reached from prerouting",
-			op: Op{Kind: OpAddRule, Table: table, Chain: &Chain{Name: probeSvc}, Rule: Rule{Masquerade{}}}},
+			op: addRuleOp{Table: table, Chain: &Chain{Name: probeSvc}, Rule: Rule{Masquerade{}}}},
 	} {
 		err := b.probe(append(probeCommands(table), extra))
 		if err == nil {
