@@ -36,10 +36,19 @@ func benchSizes(b *testing.B, def ...int) []int {
 
 // newBenchBackend is newTestBackend in the layout the benchmark is asked for:
 // BENCH_OWN_CHAINS=1 gives every port chains of its own (the layout before the
-// shared maps), so both can be measured on the same machine.
+// shared maps, and that of ports with ClientIP affinity or source ranges), so
+// both can be measured on the same machine; BENCH_SHARDS=N spreads those
+// chains over N shard tables instead of one per 256 ports.
 func newBenchBackend(b *testing.B, ns string) *Backend {
 	be := newTestBackend(b, ns)
 	be.cfg.ownChains = os.Getenv("BENCH_OWN_CHAINS") == "1"
+	if v := os.Getenv("BENCH_SHARDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("BENCH_SHARDS=%q: want a number of shard tables", v)
+		}
+		be.cfg.Shards = n
+	}
 	return be
 }
 
