@@ -151,7 +151,8 @@ func TestSourceVIPWaitsForCalico(t *testing.T) {
 // subnet as its own (pkg/backend/vxlan/device_windows.go), so a Node read
 // without spec.podCIDRs (standalone mode, or a cluster whose controller
 // manager allocates none) still gets a reservation from the network's
-// subnet; the Node's podCIDR serves only a network that reports none.
+// subnet, and one that reports none the CNI configuration's range; the
+// Node's podCIDR serves only when neither has one.
 func TestSourceVIPFromNetworkSubnet(t *testing.T) {
 	ctx := context.Background()
 	nw := overlay
@@ -164,5 +165,16 @@ func TestSourceVIPFromNetworkSubnet(t *testing.T) {
 	s.Node.PodCIDRs = nil
 	if err := b.Sync(ctx, s, full()); err != nil || lbSourceVIPs(f) != "10.244.1.2" || ipam.reserves != 1 {
 		t.Fatalf("no podCIDRs, network subnet %s: %v, source VIP %q, %d reservations", podCIDR, err, lbSourceVIPs(f), ipam.reserves)
+	}
+	// A network that reports no subnet: the CNI configuration's range.
+	f2 := NewFake(overlay, AllFeatures())
+	f2.AddLocalEndpoint("pod", ip("10.244.1.5"))
+	b2 := vipBackend(t, f2, &MemoryLedger{}, ipam, netip.Addr{})
+	b2.cfg.CNI = &CNIConfig{File: "10-overlay.conflist", Name: "vxlan0", IPAMType: "host-local", Subnets: []netip.Prefix{podCIDR}}
+	if err := b2.Sync(ctx, s, full()); err != nil || lbSourceVIPs(f2) != "10.244.1.2" {
+		t.Fatalf("no podCIDRs, no network subnet, CNI range %s: %v, source VIP %q", podCIDR, err, lbSourceVIPs(f2))
+	}
+	if n := sourceVIPNote(t, b2); !strings.Contains(n, "a new reservation from range 10.244.1.0/24 of the CNI configuration 10-overlay.conflist") {
+		t.Fatalf("note %q", n)
 	}
 }

@@ -109,7 +109,8 @@ func (s subnetSource) at(prefixes string) string { return s.kind + " " + prefixe
 
 // vipSubnets are the subnets of the node address's family a source VIP must
 // lie in, and where they come from: the HNS network's own (its IPAM
-// configuration), else the Node's spec.podCIDRs. With calico-ipam the
+// configuration), else the ranges the CNI configuration gives its IPAM,
+// else the Node's spec.podCIDRs. With calico-ipam the
 // network's subnet is Calico's IP block, outside the Node's pod CIDR.
 func (b *Backend) vipSubnets(state *core.NodeState, nodeIP netip.Addr) ([]netip.Prefix, subnetSource) {
 	var cidrs []netip.Prefix
@@ -120,6 +121,16 @@ func (b *Backend) vipSubnets(state *core.NodeState, nodeIP netip.Addr) ([]netip.
 	}
 	if len(cidrs) > 0 {
 		return cidrs, subnetSource{"subnet", fmt.Sprintf("HNS network %q", b.network.Name)}
+	}
+	if c := b.cfg.CNI; c != nil {
+		for _, p := range c.Subnets {
+			if p.Addr().Is4() == nodeIP.Is4() {
+				cidrs = append(cidrs, p)
+			}
+		}
+		if len(cidrs) > 0 {
+			return cidrs, subnetSource{"range", "the CNI configuration " + c.File}
+		}
 	}
 	for _, p := range state.Node.PodCIDRs {
 		if p.Addr().Is4() == nodeIP.Is4() {
