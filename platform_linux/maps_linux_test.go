@@ -70,7 +70,7 @@ func TestSlotsReadBackFromKernel(t *testing.T) {
 		return out
 	}
 	web, loc := pick(), pick()
-	st := mappedState(web, loc)
+	st := mappedState(t, web, loc)
 	if err := b.Sync(ctx, st, core.Changes{Full: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestSlotsReadBackFromKernel(t *testing.T) {
 			web = mutate(web)
 		}
 		loc = mutate(loc)
-		st = mappedState(web, loc)
+		st = mappedState(t, web, loc)
 		for k := range st.Ports {
 			changes.Ports[k] = struct{}{}
 		}

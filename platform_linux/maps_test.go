@@ -7,8 +7,12 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/crossproxy/crossproxy/core"
+	"github.com/crossproxy/crossproxy/internal/testobj"
+	"github.com/crossproxy/crossproxy/internal/teststate"
 )
 
 func TestPickClass(t *testing.T) {
@@ -94,52 +98,42 @@ func TestAssignSlotsRandomChanges(t *testing.T) {
 	}
 }
 
-// mappedState is a node with one shared-map port per external policy:
-// default/web (ClusterIP, NodePort, ExternalIP; Cluster policy) and
-// default/local (NodePort; Local policy, so the cluster path too).
-func mappedState(webEps, localEps []core.Endpoint) *core.NodeState {
-	st := &core.NodeState{
-		Node:     core.NodeInfo{Name: "node-a"},
-		Families: []v1.IPFamily{v1.IPv4Protocol},
-		LocalDetect: map[v1.IPFamily]core.FamilyLocalDetect{
-			v1.IPv4Protocol: {Mode: core.LocalDetectClusterCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}},
-		},
-		Ports: map[core.PortKey]*core.ServicePort{},
+// mappedState is node-a of a kubeadm cluster with flannel (pods in
+// 10.244.0.0/16), computed by the core, with one shared-map port per
+// external policy: default/web (ClusterIP, NodePort, ExternalIP; Cluster
+// policy) with the endpoints webEps and default/local (NodePort; Local
+// policy, so the cluster path too) with localEps; an endpoint marked Local
+// is on node-a, the others on node-b.
+func mappedState(t testing.TB, webEps, localEps []core.Endpoint) *core.NodeState {
+	t.Helper()
+	web := testobj.Service("default", "web", "10.96.0.10")
+	web.Spec.Type = v1.ServiceTypeNodePort
+	web.Spec.Ports[0].NodePort = 30080
+	web.Spec.ExternalIPs = []string{"203.0.113.7"}
+	local := testobj.Service("default", "local", "10.96.0.11")
+	local.Spec.Type = v1.ServiceTypeNodePort
+	local.Spec.Ports = []v1.ServicePort{{Port: 53, NodePort: 30053, Protocol: v1.ProtocolUDP, TargetPort: intstr.FromInt32(8080)}}
+	local.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+	opts := core.Options{
+		IPFamilies:  []v1.IPFamily{v1.IPv4Protocol},
+		LocalDetect: core.LocalDetect{Mode: core.LocalDetectClusterCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}},
 	}
-	web := &core.ServicePort{
-		Key: key("default", "web", "http", v1.ProtocolTCP, v1.IPv4Protocol), ClusterIP: netip.MustParseAddr("10.96.0.10"),
-		Port: 80, NodePort: 30080, Protocol: v1.ProtocolTCP,
-		Frontends:        []core.Frontend{fe(core.FrontendClusterIP, "10.96.0.10", 80), fe(core.FrontendNodePort, "192.168.1.10", 30080), fe(core.FrontendExternalIP, "203.0.113.7", 80)},
-		ClusterEndpoints: webEps,
-		Masquerade:       core.Masquerade{OffClusterInternal: true, External: true},
-	}
-	if len(webEps) == 0 {
-		web.InternalEmpty, web.ExternalEmpty = core.VerdictReject, core.VerdictReject
-	}
-	local := &core.ServicePort{
-		Key: key("default", "local", "", v1.ProtocolUDP, v1.IPv4Protocol), ClusterIP: netip.MustParseAddr("10.96.0.11"),
-		Port: 53, NodePort: 30053, Protocol: v1.ProtocolUDP,
-		Frontends:           []core.Frontend{fe(core.FrontendClusterIP, "10.96.0.11", 53), fe(core.FrontendNodePort, "192.168.1.10", 30053)},
-		ExternalPolicyLocal: true,
-		ClusterEndpoints:    localEps,
-		Masquerade:          core.Masquerade{OffClusterInternal: true},
-	}
-	for _, e := range localEps {
+	return teststate.Compute(t, opts, testobj.Node("node-a", "", "192.168.1.10"), web, sliceOf("web", "http", v1.ProtocolTCP, webEps),
+		local, sliceOf("local", "", v1.ProtocolUDP, localEps))
+}
+
+// sliceOf is Service svc's EndpointSlice with the endpoints eps (port 8080).
+func sliceOf(svc, port string, proto v1.Protocol, eps []core.Endpoint) *discovery.EndpointSlice {
+	sl := testobj.Slice("default", svc+"-1", svc)
+	sl.Ports = []discovery.EndpointPort{testobj.SlicePort(port, proto, 8080)}
+	for _, e := range eps {
+		node := "node-b"
 		if e.Local {
-			local.LocalEndpoints = append(local.LocalEndpoints, e)
+			node = "node-a"
 		}
+		sl.Endpoints = append(sl.Endpoints, testobj.Endpoint(e.Addr.String(), node))
 	}
-	if len(local.LocalEndpoints) == 0 {
-		local.ExternalEmpty = core.VerdictDrop
-		if len(localEps) == 0 {
-			local.ExternalEmpty = core.VerdictReject
-		}
-	}
-	if len(localEps) == 0 {
-		local.InternalEmpty = core.VerdictReject
-	}
-	st.Ports[web.Key], st.Ports[local.Key] = web, local
-	return st
+	return sl
 }
 
 // TestEndpointChangeSendsOnlyElements: whatever happens to the endpoints of
@@ -172,7 +166,7 @@ func TestEndpointChangeSendsOnlyElements(t *testing.T) {
 	cfg := Config{LocalhostNodePorts: true}
 	var prev *applied
 	for i, s := range steps {
-		st := mappedState(s.web, s.loc)
+		st := mappedState(t, s.web, s.loc)
 		if i == 0 {
 			rs := build(st, cfg)
 			c := cfg
