@@ -226,7 +226,8 @@ func TestReboot(t *testing.T) {
 	pods := c.podsOn("kube-system", "app.kubernetes.io/component=linux")
 	if len(pods["xpc-b"]) == 1 {
 		if log, err := sh(context.Background(), "bash", c.script, "kubectl", "-n", "kube-system", "logs", pods["xpc-b"][0], "-c", "crossproxy"); err == nil {
-			t.Logf("crossproxy on xpc-b with the old dnsPolicy (last lines):\n%s", tail(log, 8))
+			lines := strings.Split(strings.TrimSpace(log), "\n")
+			t.Logf("crossproxy on xpc-b with the old dnsPolicy (last lines):\n%s", strings.Join(lines[max(0, len(lines)-8):], "\n"))
 		}
 	}
 
