@@ -111,12 +111,15 @@ syncPeriod: 30s
 minSyncPeriod: 1s
 winkernel:
   # The HNS network the pods are attached to (Calico: "Calico"; flannel
-  # vxlan: "vxlan0"; l2bridge CNIs: the bridge network's name).
+  # vxlan: "flannel.4096" or "vxlan0"; l2bridge CNIs: the bridge network's
+  # name). Empty: the node's CNI configuration's network, else the only
+  # Overlay or L2Bridge network on the node.
   networkName: ""
   # Overlay networks only: the node's source VIP for load-balanced traffic.
   # Empty: the node finds its own (its Node's crossproxy.io/source-vip
-  # annotation, else the source-VIP endpoint already on the network, else an
-  # address reserved from the node's pod CIDR through host-local).
+  # annotation, else calico-node's Calico_ep or the source-VIP endpoint
+  # already on the network, else an address reserved from the network's
+  # subnet through the pods' host-local).
   sourceVip: ""
   enableDSR: false
 '@

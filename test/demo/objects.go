@@ -172,8 +172,8 @@ func apply(ctx context.Context, c kubernetes.Interface, list []*sample) error {
 	return nil
 }
 
-// applyRBAC creates the ServiceAccount, ClusterRole and ClusterRoleBinding
-// that installer/linux/rbac.yaml ships, so the proxies run with exactly the
+// applyRBAC creates the ServiceAccount, ClusterRole, ClusterRoleBinding,
+// Role and RoleBinding that installer/linux/rbac.yaml ships, so the proxies run with exactly the
 // rights a real installation grants them.
 func applyRBAC(ctx context.Context, c kubernetes.Interface, path string) error {
 	data, err := os.ReadFile(path)
@@ -208,6 +208,10 @@ func applyRBAC(ctx context.Context, c kubernetes.Interface, path string) error {
 			_, err = c.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.ClusterRoleBinding:
 			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.Role:
+			_, err = c.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			_, err = c.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		default:
 			err = fmt.Errorf("unexpected kind %T", obj)
 		}
