@@ -53,6 +53,36 @@ ports:
 - {name: dns-tcp, port: 53, protocol: TCP}
 `
 
+// kubeProxyWindows is the Windows kube-proxy DaemonSet as sig-windows-tools'
+// HostProcess manifests (hostprocess/calico/kube-proxy) lay it out: it mounts
+// kube-proxy's ConfigMap; this cluster has no Windows node, so it schedules
+// no pod, and what is tested is that the takeover keeps it and the restore
+// brings it back as it was.
+const kubeProxyWindows = `
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: kube-proxy-windows, namespace: kube-system, labels: {k8s-app: kube-proxy}}
+spec:
+  selector: {matchLabels: {k8s-app: kube-proxy-windows}}
+  template:
+    metadata: {labels: {k8s-app: kube-proxy-windows}}
+    spec:
+      serviceAccountName: kube-proxy
+      securityContext: {windowsOptions: {hostProcess: true, runAsUserName: "NT AUTHORITY\\system"}}
+      hostNetwork: true
+      priorityClassName: system-node-critical
+      containers:
+      - name: kube-proxy
+        image: sigwindowstools/kube-proxy:v1.37.2-calico-hostprocess
+        args: ["$env:CONTAINER_SANDBOX_MOUNT_POINT/kube-proxy/start.ps1"]
+        workingDir: "$env:CONTAINER_SANDBOX_MOUNT_POINT/kube-proxy/"
+        env: [{name: NODE_NAME, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]
+        volumeMounts: [{name: kube-proxy, mountPath: /var/lib/kube-proxy}]
+      nodeSelector: {kubernetes.io/os: windows}
+      tolerations: [{key: CriticalAddonsOnly, operator: Exists}, {operator: Exists}]
+      volumes: [{name: kube-proxy, configMap: {name: kube-proxy}}]
+`
+
 // stateDir is the cluster's state directory (cluster.sh's $D).
 func stateDir() string {
 	if d := os.Getenv("XPC_DIR"); d != "" {
@@ -326,9 +356,13 @@ func TestRestore(t *testing.T) {
 	chart := c.chartAndImages("XP_IMAGE_ARCHIVE", "XP_KUBETOOLS_ARCHIVE")
 	c.resetCrossproxy()
 	// kube-proxy as kubeadm deploys it (takeover_test.go's objects).
-	c.kubectlIn(kubeProxyObjects, "apply", "-f", "-")
+	c.kubectlIn(kubeProxyObjects+"---"+kubeProxyWindows, "apply", "-f", "-")
 	c.kubectl("-n", "kube-system", "rollout", "status", "daemonset/kube-proxy", "--timeout=3m")
 	origConfig := c.kubectl("-n", "kube-system", "get", "configmap", "kube-proxy", "-o", `jsonpath={.data.config\.conf}`)
+	windowsSpec := func() string {
+		return c.kubectl("-n", "kube-system", "get", "daemonset", "kube-proxy-windows", "-o", "jsonpath={.spec.template.spec}")
+	}
+	origWindows := windowsSpec()
 	clusterIP, nodePort := c.echoService()
 
 	// The takeover, without apiServer.host: the chart takes the address
@@ -345,8 +379,11 @@ func TestRestore(t *testing.T) {
 		t.Errorf("apiserver-host %q, want 10.201.0.1 from kube-proxy's kubeconfig", h)
 	}
 	keys := c.kubectl("-n", "kube-system", "get", "configmap", "crossproxy-kube-proxy-backup", "-o", `go-template={{range $k, $v := .data}}{{$k}} {{end}}`)
-	if strings.TrimSpace(keys) != "configmap.json daemonset-linux.json" {
-		t.Errorf("backup keys %q, want kube-proxy's ConfigMap and Linux DaemonSet", keys)
+	if strings.TrimSpace(keys) != "configmap.json daemonset-linux.json daemonset-windows.json" {
+		t.Errorf("backup keys %q, want kube-proxy's ConfigMap and both DaemonSets", keys)
+	}
+	if o, _ := sh(context.Background(), "bash", c.script, "kubectl", "-n", "kube-system", "get", "daemonset/kube-proxy", "daemonset/kube-proxy-windows", "--ignore-not-found", "-o", "name"); strings.TrimSpace(o) != "" {
+		t.Errorf("kube-proxy's DaemonSets after the takeover: %s", o)
 	}
 
 	// Back to kube-proxy under traffic.
@@ -366,6 +403,9 @@ func TestRestore(t *testing.T) {
 	}
 	if pods := c.podsOn("kube-system", "k8s-app=kube-proxy"); len(pods["xpc-a"]) != 1 || len(pods["xpc-b"]) != 1 {
 		t.Errorf("kube-proxy pods after the restore: %v", pods)
+	}
+	if got := windowsSpec(); got != origWindows {
+		t.Errorf("kube-proxy-windows after the restore:\n%s\nwant\n%s", got, origWindows)
 	}
 	for _, n := range []string{"xpc-a", "xpc-b"} {
 		if tb := tables(t, n); !strings.Contains(tb, "kube-proxy") {
