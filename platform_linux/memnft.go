@@ -225,16 +225,28 @@ func (m *memKernel) do(op Op) syscall.Errno {
 	return 0
 }
 
-// addElements adds elements to a set, or says why the kernel would refuse.
-func (t *memTable) addElements(set string, es []element) syscall.Errno {
+// setFor is the set elements es go to or come from, when it exists and
+// every key has its type; else the kernel's refusal.
+func (t *memTable) setFor(set string, es []element) (*memSet, syscall.Errno) {
 	s := t.sets[set]
 	if s == nil {
-		return syscall.ENOENT
+		return nil, syscall.ENOENT
 	}
 	for _, e := range es {
 		if !keyFits(s.decl, e) {
-			return syscall.EINVAL
+			return nil, syscall.EINVAL
 		}
+	}
+	return s, 0
+}
+
+// addElements adds elements to a set, or says why the kernel would refuse.
+func (t *memTable) addElements(set string, es []element) syscall.Errno {
+	s, errno := t.setFor(set, es)
+	if errno != 0 {
+		return errno
+	}
+	for _, e := range es {
 		if s.decl.Kind == SetFrontends {
 			c := t.chains[e.Chain]
 			if c == nil {
@@ -260,14 +272,11 @@ func (t *memTable) addElements(set string, es []element) syscall.Errno {
 
 // delElements deletes elements of a set, or says why the kernel would refuse.
 func (t *memTable) delElements(set string, es []element) syscall.Errno {
-	s := t.sets[set]
-	if s == nil {
-		return syscall.ENOENT
+	s, errno := t.setFor(set, es)
+	if errno != 0 {
+		return errno
 	}
 	for _, e := range es {
-		if !keyFits(s.decl, e) {
-			return syscall.EINVAL
-		}
 		k := memKey(s.decl.Kind, e)
 		if _, ok := s.elems[k]; !ok {
 			return syscall.ENOENT
