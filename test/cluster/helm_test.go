@@ -104,9 +104,20 @@ func TestHelm(t *testing.T) {
 	c.kubectl("-n", "kube-system", "rollout", "status", "daemonset/crossproxy-linux", "--timeout=4m")
 	t.Logf("FIGURE helm upgrade --wait (both new pods Ready): %v", time.Since(start).Round(100*time.Millisecond))
 	t.Logf("helm upgrade:\n%s", out)
-	if img := c.kubectl("-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=crossproxy",
-		"-o", "jsonpath={.items[*].spec.containers[0].image}"); strings.Join(strings.Fields(img), " ") != upRef+" "+upRef {
-		t.Errorf("after helm upgrade crossproxy pods run %q, want %s on both", img, upRef)
+	// The rollout is done when the new pods are Ready; an old pod may still
+	// be terminating then (its cleanup-on-delete container waits for the
+	// proxy beside it to stop before it decides to keep the rules), so the
+	// pods are listed until only the two new ones are left.
+	var img string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		img = strings.Join(strings.Fields(c.kubectl("-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=crossproxy",
+			"-o", "jsonpath={.items[*].spec.containers[0].image}")), " ")
+		if img == upRef+" "+upRef || time.Now().After(deadline) {
+			break
+		}
+	}
+	if img != upRef+" "+upRef {
+		t.Errorf("a minute after helm upgrade crossproxy pods run %q, want %s on both", img, upRef)
 	}
 	if rev := c.helm("history", "crossproxy", "--namespace", "kube-system", "--max", "1", "-o", "json"); !strings.Contains(rev, `"revision":2`) || !strings.Contains(rev, `"status":"deployed"`) {
 		t.Errorf("helm history after the upgrade: %s", rev)
