@@ -26,27 +26,16 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 	if err := b.prepare(ctx); err != nil {
 		return nil, err
 	}
-	if b.cfg.NetworkName == "" {
-		return nil, fmt.Errorf("hns: %w: no HNS network name (flag --network-name)", ErrInvalid)
-	}
-	nw, err := b.hns.GetNetwork(ctx, b.cfg.NetworkName)
+	l, err := b.list(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("get HNS network %q: %w", b.cfg.NetworkName, err)
-	}
-	eps, err := b.hns.ListEndpoints(ctx, nw.ID)
-	if err != nil {
-		return nil, fmt.Errorf("list endpoints of network %q: %w", nw.Name, err)
+		return nil, err
 	}
 	byID := map[string]Endpoint{}
-	for _, ep := range eps {
+	for _, ep := range l.endpoints {
 		byID[strings.ToLower(ep.ID)] = ep
 	}
-	lbs, err := b.hns.ListLoadBalancers(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list load balancers: %w", err)
-	}
 	out := &platform.ProgrammedService{Service: svc}
-	for _, lb := range lbs {
+	for _, lb := range l.lbs {
 		o, ok := b.ledger.LoadBalancers[lb.ID]
 		if !ok || o.Service() != svc {
 			continue
@@ -115,7 +104,7 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 	for feature, detail := range b.noticed[svc] {
 		out.Notes = append(out.Notes, feature+": "+detail)
 	}
-	out.Notes = append(out.Notes, b.nodeNotes(ctx, nw, eps)...)
+	out.Notes = append(out.Notes, b.nodeNotes(ctx, l.network, l.endpoints)...)
 	sort.Strings(out.Notes)
 	return out, nil
 }
