@@ -105,3 +105,17 @@ func (s *Store) Node() *v1.Node {
 	defer s.mu.RUnlock()
 	return s.node
 }
+
+// Services returns the names of every Service recorded, sorted.
+func (s *Store) Services() []types.NamespacedName {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]types.NamespacedName, 0, len(s.services))
+	for k := range s.services {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b types.NamespacedName) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
