@@ -40,6 +40,9 @@ type explainOptions struct {
 	timeout    time.Duration
 	backend    platform.BackendConfig
 	opts       *optionSet
+	// remote and local choose where layers 3 and 4 come from (remoteMode).
+	remote     remoteOptions
+	forceLocal bool
 }
 
 func newExplainCommand() *cobra.Command {
@@ -61,7 +64,15 @@ in-cluster config). Layer 3 is computed here with the core option flags, so give
 the proxy runs with. With --debug-url, all four layers come from a running proxy's debug
 endpoint (crossproxy run --debug-address) instead, exactly as that proxy sees them.
 
-Exit status: 0 when the four layers agree, 1 when a mismatch is found, 2 on errors.`,
+From an operator's machine (not in a pod, and none of --local, --manifests, --netns,
+--config or --debug-url given), explain asks the proxy of node --node through the API
+server (its secure endpoint, as crossproxy status does), so all four layers are that
+node's, conntrack included on Linux. Without --node it asks every node's proxy and
+prints the nodes that differ. In a pod (kubectl exec into the proxy) or with --local it
+reads this host's data plane as before.
+
+Exit status: 0 when the four layers agree (on every node asked), 1 when a mismatch is
+found, 2 on errors.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return eo.run(cmd.Context(), cmd.OutOrStdout(), args[0])
@@ -78,6 +89,8 @@ Exit status: 0 when the four layers agree, 1 when a mismatch is found, 2 on erro
 	f.StringVar(&eo.backend.TableName, "nftables-table", "crossproxy", "Linux: the nftables table crossproxy owns")
 	f.StringVar(&eo.backend.NetNSPath, "netns", "", "Linux: read the rules of this network namespace (path such as /run/netns/NAME)")
 	f.StringVar(&eo.backend.NetworkName, "network-name", "", "Windows: the HNS network the load balancers attach to")
+	f.BoolVar(&eo.forceLocal, "local", false, "read this host's data plane even from outside a pod (a host-service install, a shell on the node)")
+	eo.remote.bind(f, false)
 	eo.opts = bindOptions(f, coreOptionTable())
 	eo.changed = cmd.Flags().Changed
 	return cmd
@@ -97,8 +110,18 @@ func (eo *explainOptions) run(ctx context.Context, out io.Writer, arg string) er
 	ctx, cancel := context.WithTimeout(ctx, eo.timeout)
 	defer cancel()
 
+	if eo.remoteMode() {
+		eo.remote.kubeconfig = eo.kubeconfig
+		if eo.nodeName == "" {
+			return eo.everyNode(ctx, out, svc)
+		}
+	}
 	var rep *explain.Report
-	if eo.debugURL != "" {
+	if eo.remoteMode() {
+		if rep, err = eo.oneNode(ctx, svc); err != nil {
+			return err
+		}
+	} else if eo.debugURL != "" {
 		if rep, err = debug.Fetch(ctx, eo.debugURL, svc); err != nil {
 			return err
 		}

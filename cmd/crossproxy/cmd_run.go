@@ -92,6 +92,7 @@ func (ro *runOptions) setup() error {
 		return err
 	}
 	logging.RedirectKlog(log)
+	ro.debug.attachLog(log)
 	ro.logger = log
 	logNotes(log, ro.kube.cfg, notes)
 	if ro.nodeName == "" {
@@ -166,18 +167,18 @@ func (ro *runOptions) run(ctx context.Context) error {
 		entry.WithField("ports", len(res.State.Ports)).Info("rules in sync")
 	})
 
-	// The debug endpoint, when enabled, records the objects on their way to the tracker.
-	sink, err := ro.debug.wire(ctx, &wg, tracker, backend, runner, ro.nodeName, log)
-	if err != nil {
-		return err
-	}
-
 	hc := &health.NodePorts{Log: log}
 	if l, ok := backend.(listener); ok {
 		hc.Listen = l.Listen
 	}
 	defer hc.Close()
 	if err := ro.kube.observe(ctx, &wg, runner, hc, log); err != nil {
+		return err
+	}
+	// The debug endpoints, when enabled, record the objects on their way to
+	// the tracker; they come after observe, whose health status they report.
+	sink, err := ro.debug.wire(ctx, &wg, ro, tracker, backend, runner, log)
+	if err != nil {
 		return err
 	}
 	if len(ro.manifests) == 0 {

@@ -23,7 +23,7 @@ func newRootCommand() *cobra.Command {
 		Version:       version,
 	}
 	root.AddCommand(newRunCommand(), newStateCommand(), newRenderCommand(), newExplainCommand(),
-		newCleanupCommand(), newCleanupOnDeleteCommand(), newVersionCommand())
+		newCleanupCommand(), newCleanupOnDeleteCommand(), newVersionCommand(), newStatusCommand(), newBundleCommand())
 	root.AddCommand(platformCommands()...)
 	return root
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -46,5 +47,38 @@ func TestKlogGoesThroughLogrus(t *testing.T) {
 	}
 	if strings.Contains(out, "hidden at info") {
 		t.Fatalf("V(4) shown at info: %q", out)
+	}
+}
+
+// TestRingKeepsTheLastLinesInOrder writes more lines than the ring holds
+// through a real logger and checks the ring has the newest, oldest first,
+// formatted as the logger writes them.
+func TestRingKeepsTheLastLinesInOrder(t *testing.T) {
+	var out bytes.Buffer
+	log, err := New(&out, "json", "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRing(3)
+	log.AddHook(r)
+	if got := r.Lines(); len(got) != 0 {
+		t.Fatalf("empty ring has %q", got)
+	}
+	for i := range 5 {
+		log.WithField("n", i).Info("line")
+	}
+	log.Debug("below the level: not written, not kept")
+	got := r.Lines()
+	if len(got) != 3 {
+		t.Fatalf("lines = %d %q, want 3", len(got), got)
+	}
+	for i, l := range got {
+		if !strings.Contains(l, fmt.Sprintf(`"n":%d`, i+2)) || !strings.HasPrefix(l, "{") {
+			t.Errorf("line %d = %s, want the JSON line of n=%d", i, l, i+2)
+		}
+	}
+	written := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if written[len(written)-1] != got[2] {
+		t.Errorf("ring's newest %q differs from the logger's last line %q", got[2], written[len(written)-1])
 	}
 }
