@@ -69,6 +69,9 @@ ports:
   - name: metrics
     containerPort: {{ .Values.ports.metrics }}
     protocol: TCP
+  - name: secure
+    containerPort: {{ .Values.ports.secure }}
+    protocol: TCP
 readinessProbe:
   httpGet:
     path: /healthz
@@ -250,6 +253,7 @@ rollingUpdate:
 {{/* The run flags every OS gets after --config and --hostname-override. */}}
 {{- define "crossproxy.commonArgs" -}}
 - --full-sync-period={{ .Values.fullSyncPeriod }}
+- --secure-address=:{{ .Values.ports.secure }}
 {{- end -}}
 
 {{/* imagePullSecrets and affinity of one OS's pods, when given. */}}
