@@ -141,7 +141,7 @@ func (r *Remote) Get(ctx context.Context, px Proxy, path string, params map[stri
 	}
 	req := r.Client.CoreV1().RESTClient().Get().
 		Namespace(px.Pod.Namespace).Resource("pods").
-		Name("https:" + px.Pod.Name + ":" + strconv.Itoa(px.Port)).
+		Name("https:"+px.Pod.Name+":"+strconv.Itoa(px.Port)).
 		SubResource("proxy").Suffix(path).
 		SetHeader(TokenHeader, "Bearer "+r.Token)
 	for k, v := range params {
