@@ -29,8 +29,45 @@ import (
 
 const rbacFile = "../../installer/linux/rbac.yaml"
 
-// shippedRBAC reads the installer's ServiceAccount, ClusterRole and binding.
+// shippedRBAC reads the installer's ServiceAccount, ClusterRole and binding
+// of the proxy itself (all named crossproxy).
 func shippedRBAC(t *testing.T) (*v1.ServiceAccount, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding) {
+	t.Helper()
+	all := shippedRBACObjects(t)
+	var sa *v1.ServiceAccount
+	var role *rbacv1.ClusterRole
+	var binding *rbacv1.ClusterRoleBinding
+	for _, o := range all.serviceAccounts {
+		if o.Name == "crossproxy" {
+			sa = o
+		}
+	}
+	for _, o := range all.clusterRoles {
+		if o.Name == "crossproxy" {
+			role = o
+		}
+	}
+	for _, o := range all.clusterRoleBindings {
+		if o.Name == "crossproxy" {
+			binding = o
+		}
+	}
+	if sa == nil || role == nil || binding == nil {
+		t.Fatalf("%s lacks the ServiceAccount, ClusterRole or ClusterRoleBinding named crossproxy", rbacFile)
+	}
+	return sa, role, binding
+}
+
+// rbacObjects are the cluster-wide objects of the shipped RBAC file.
+type rbacObjects struct {
+	serviceAccounts     []*v1.ServiceAccount
+	clusterRoles        []*rbacv1.ClusterRole
+	clusterRoleBindings []*rbacv1.ClusterRoleBinding
+}
+
+// shippedRBACObjects reads every ServiceAccount, ClusterRole and
+// ClusterRoleBinding of installer/linux/rbac.yaml.
+func shippedRBACObjects(t *testing.T) rbacObjects {
 	t.Helper()
 	data, err := os.ReadFile(rbacFile)
 	if err != nil {
@@ -38,9 +75,7 @@ func shippedRBAC(t *testing.T) (*v1.ServiceAccount, *rbacv1.ClusterRole, *rbacv1
 	}
 	data = bytes.ReplaceAll(data, []byte("@VERSION@"), []byte("test"))
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var sa *v1.ServiceAccount
-	var role *rbacv1.ClusterRole
-	var binding *rbacv1.ClusterRoleBinding
+	var out rbacObjects
 	for {
 		var doc map[string]any
 		if err := dec.Decode(&doc); err != nil {
@@ -55,34 +90,37 @@ func shippedRBAC(t *testing.T) (*v1.ServiceAccount, *rbacv1.ClusterRole, *rbacv1
 		}
 		switch doc["kind"] {
 		case "ServiceAccount":
-			sa = &v1.ServiceAccount{}
-			decodeJSON(t, b, sa)
+			o := &v1.ServiceAccount{}
+			decodeJSON(t, b, o)
+			out.serviceAccounts = append(out.serviceAccounts, o)
 		case "ClusterRole":
-			role = &rbacv1.ClusterRole{}
-			decodeJSON(t, b, role)
+			o := &rbacv1.ClusterRole{}
+			decodeJSON(t, b, o)
+			out.clusterRoles = append(out.clusterRoles, o)
 		case "ClusterRoleBinding":
-			binding = &rbacv1.ClusterRoleBinding{}
-			decodeJSON(t, b, binding)
+			o := &rbacv1.ClusterRoleBinding{}
+			decodeJSON(t, b, o)
+			out.clusterRoleBindings = append(out.clusterRoleBindings, o)
 		}
 	}
-	if sa == nil || role == nil || binding == nil {
-		t.Fatalf("%s lacks a ServiceAccount, ClusterRole or ClusterRoleBinding", rbacFile)
-	}
-	return sa, role, binding
+	return out
 }
 
 // TestShippedClusterRoleGrantsOnlyWhatProxyUses parses the role: list/watch of
 // Services, EndpointSlices and Nodes (ServiceCIDRs allowed), create/patch of
-// Events, and nothing else.
+// Events, create of the token and access reviews the secure endpoint asks
+// for, and nothing else.
 func TestShippedClusterRoleGrantsOnlyWhatProxyUses(t *testing.T) {
 	sa, role, binding := shippedRBAC(t)
 	allowed := map[string][]string{
-		"/services":                       {"list", "watch"},
-		"discovery.k8s.io/endpointslices": {"list", "watch"},
-		"/nodes":                          {"list", "watch"},
-		"networking.k8s.io/servicecidrs":  {"list", "watch"},
-		"/events":                         {"create", "patch"},
-		"events.k8s.io/events":            {"create", "patch"},
+		"/services":                                 {"list", "watch"},
+		"discovery.k8s.io/endpointslices":           {"list", "watch"},
+		"/nodes":                                    {"list", "watch"},
+		"networking.k8s.io/servicecidrs":            {"list", "watch"},
+		"/events":                                   {"create", "patch"},
+		"events.k8s.io/events":                      {"create", "patch"},
+		"authentication.k8s.io/tokenreviews":        {"create"},
+		"authorization.k8s.io/subjectaccessreviews": {"create"},
 	}
 	for i, r := range role.Rules {
 		if len(r.NonResourceURLs) > 0 || len(r.ResourceNames) > 0 {
