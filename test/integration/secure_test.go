@@ -50,13 +50,22 @@ func TestSecureEndpointThroughTheAPIServer(t *testing.T) {
 	e := newEnv(t)
 	all := shippedRBACObjects(t)
 	for _, o := range all.serviceAccounts {
-		create(t, func() error { _, err := e.admin.CoreV1().ServiceAccounts(o.Namespace).Create(e.ctx, o, metav1.CreateOptions{}); return err })
+		create(t, func() error {
+			_, err := e.admin.CoreV1().ServiceAccounts(o.Namespace).Create(e.ctx, o, metav1.CreateOptions{})
+			return err
+		})
 	}
 	for _, o := range all.clusterRoles {
-		create(t, func() error { _, err := e.admin.RbacV1().ClusterRoles().Create(e.ctx, o, metav1.CreateOptions{}); return err })
+		create(t, func() error {
+			_, err := e.admin.RbacV1().ClusterRoles().Create(e.ctx, o, metav1.CreateOptions{})
+			return err
+		})
 	}
 	for _, o := range all.clusterRoleBindings {
-		create(t, func() error { _, err := e.admin.RbacV1().ClusterRoleBindings().Create(e.ctx, o, metav1.CreateOptions{}); return err })
+		create(t, func() error {
+			_, err := e.admin.RbacV1().ClusterRoleBindings().Create(e.ctx, o, metav1.CreateOptions{})
+			return err
+		})
 	}
 	stranger := &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "stranger", Namespace: "kube-system"}}
 	create(t, func() error {
