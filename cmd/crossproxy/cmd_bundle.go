@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,11 +22,10 @@ import (
 
 // bundleOptions configure `crossproxy bundle`.
 type bundleOptions struct {
-	remote      remoteOptions
-	out         string
-	timeout     time.Duration
-	nodeTimeout time.Duration
-	now         func() time.Time
+	remote  remoteOptions
+	out     string
+	timeout time.Duration
+	now     func() time.Time
 }
 
 func newBundleCommand() *cobra.Command {
@@ -51,10 +51,9 @@ be asked gets errors.txt instead, and the bundle is still written.`,
 		},
 	}
 	f := cmd.Flags()
-	bo.remote.bind(f, true)
+	bo.remote.bind(f, true, 150*time.Second)
 	f.StringVarP(&bo.out, "output-file", "f", "", "the tarball to write (default crossproxy-bundle-TIME.tar.gz in this directory)")
 	f.DurationVar(&bo.timeout, "timeout", 5*time.Minute, "give up after this long")
-	f.DurationVar(&bo.nodeTimeout, "node-timeout", 2*time.Minute, "time for one node's files")
 	return cmd
 }
 
@@ -89,7 +88,7 @@ func (bo *bundleOptions) run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rows := collectStatus(ctx, r, proxies, &bo.remote, bo.nodeTimeout)
+	rows := collectStatus(ctx, r, proxies, &bo.remote)
 	root := "crossproxy-bundle-" + stamp
 	var mu sync.Mutex
 	files := []bundleFile{
@@ -98,8 +97,6 @@ func (bo *bundleOptions) run(ctx context.Context, out io.Writer) error {
 	}
 	failed := 0
 	bo.remote.each(proxies, func(_ int, px debug.Proxy) {
-		nctx, cancel := context.WithTimeout(ctx, bo.nodeTimeout)
-		defer cancel()
 		var got []bundleFile
 		var errs []string
 		for _, nf := range nodeFiles {
@@ -107,7 +104,13 @@ func (bo *bundleOptions) run(ctx context.Context, out io.Writer) error {
 				errs = append(errs, px.PodProblem)
 				break
 			}
-			body, err := r.Get(nctx, px, nf.path, nf.params)
+			body, err := bo.get(ctx, r, px, nf.path, nf.params)
+			if errors.Is(err, context.DeadlineExceeded) {
+				// A proxy that does not answer one request will not
+				// answer the next: say so once and go on.
+				errs = append(errs, fmt.Sprintf("%s: %v; the rest not asked", nf.name, err))
+				break
+			}
 			if err != nil {
 				errs = append(errs, fmt.Sprintf("%s: %v", nf.name, err))
 				continue
@@ -129,6 +132,20 @@ func (bo *bundleOptions) run(ctx context.Context, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "wrote %s: %d node(s), %d with errors (see their errors.txt)\n", bo.out, len(proxies), failed)
 	return nil
+}
+
+// get asks for one file within --node-timeout (longer by default than
+// status's: the reports read every Service's rules back, for up to two
+// minutes on the proxy's side); a node that takes longer is reported, not
+// waited for.
+func (bo *bundleOptions) get(ctx context.Context, r *debug.Remote, px debug.Proxy, path string, params map[string]string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, bo.remote.nodeTimeout)
+	defer cancel()
+	body, err := r.Get(ctx, px, path, params)
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("no answer within %s (a stopped or overloaded proxy): %w", bo.remote.nodeTimeout, context.DeadlineExceeded)
+	}
+	return body, err
 }
 
 // bundleVersions lists the client's version and each node's proxy version.

@@ -90,7 +90,7 @@ found, 2 on errors.`,
 	f.StringVar(&eo.backend.NetNSPath, "netns", "", "Linux: read the rules of this network namespace (path such as /run/netns/NAME)")
 	f.StringVar(&eo.backend.NetworkName, "network-name", "", "Windows: the HNS network the load balancers attach to")
 	f.BoolVar(&eo.forceLocal, "local", false, "read this host's data plane even from outside a pod (a host-service install, a shell on the node)")
-	eo.remote.bind(f, false)
+	eo.remote.bind(f, false, 15*time.Second)
 	eo.opts = bindOptions(f, coreOptionTable())
 	eo.changed = cmd.Flags().Changed
 	return cmd

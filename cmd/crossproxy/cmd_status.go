@@ -17,10 +17,9 @@ import (
 
 // statusOptions configure `crossproxy status`.
 type statusOptions struct {
-	remote      remoteOptions
-	output      string
-	timeout     time.Duration
-	nodeTimeout time.Duration
+	remote  remoteOptions
+	output  string
+	timeout time.Duration
 }
 
 func newStatusCommand() *cobra.Command {
@@ -51,10 +50,9 @@ Exit status: 0 when every node is healthy, 1 when one is not, 2 on errors.`,
 		},
 	}
 	f := cmd.Flags()
-	so.remote.bind(f, true)
+	so.remote.bind(f, true, 15*time.Second)
 	f.StringVarP(&so.output, "output", "o", "wide", "output format: wide (a table) or json")
 	f.DurationVar(&so.timeout, "timeout", time.Minute, "give up after this long")
-	f.DurationVar(&so.nodeTimeout, "node-timeout", 10*time.Second, "a node's proxy that has not answered after this long is reported as not answering")
 	return cmd
 }
 
@@ -80,7 +78,7 @@ func (so *statusOptions) run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rows := collectStatus(ctx, r, proxies, &so.remote, so.nodeTimeout)
+	rows := collectStatus(ctx, r, proxies, &so.remote)
 	if so.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -105,10 +103,10 @@ func (so *statusOptions) run(ctx context.Context, out io.Writer) error {
 
 // collectStatus asks every node's proxy for its status and returns the
 // rows, unhealthy first, each group by node name.
-func collectStatus(ctx context.Context, r *debug.Remote, proxies []debug.Proxy, ro *remoteOptions, nodeTimeout time.Duration) []nodeRow {
+func collectStatus(ctx context.Context, r *debug.Remote, proxies []debug.Proxy, ro *remoteOptions) []nodeRow {
 	rows := make([]nodeRow, len(proxies))
 	ro.each(proxies, func(i int, px debug.Proxy) {
-		rows[i] = statusOf(ctx, r, px, nodeTimeout)
+		rows[i] = statusOf(ctx, r, px, ro.nodeTimeout)
 	})
 	slices.SortStableFunc(rows, func(a, b nodeRow) int {
 		if a.Healthy != b.Healthy {

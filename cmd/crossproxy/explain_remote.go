@@ -40,6 +40,8 @@ func (eo *explainOptions) oneNode(ctx context.Context, svc types.NamespacedName)
 		if px.PodProblem != "" {
 			return nil, fmt.Errorf("node %s: %s (on the node itself, crossproxy explain --local reads its data plane)", px.Node, px.PodProblem)
 		}
+		ctx, cancel := context.WithTimeout(ctx, eo.remote.nodeTimeout)
+		defer cancel()
 		return r.Explain(ctx, px, svc)
 	}
 	return nil, fmt.Errorf("flag --node: no node %q in the cluster", eo.nodeName)
@@ -70,6 +72,8 @@ func (eo *explainOptions) everyNode(ctx context.Context, out io.Writer, svc type
 			res[i].Error = px.PodProblem
 			return
 		}
+		ctx, cancel := context.WithTimeout(ctx, eo.remote.nodeTimeout)
+		defer cancel()
 		rep, err := r.Explain(ctx, px, svc)
 		if err != nil {
 			res[i].Error = err.Error()

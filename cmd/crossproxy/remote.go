@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
@@ -24,10 +25,12 @@ type remoteOptions struct {
 	audience       string
 	serviceAccount string
 	parallel       int
+	nodeTimeout    time.Duration
 }
 
-// bind adds the flags; explain already has --kubeconfig.
-func (o *remoteOptions) bind(f *pflag.FlagSet, withKubeconfig bool) {
+// bind adds the flags; explain already has --kubeconfig. nodeTimeout is the
+// default of --node-timeout.
+func (o *remoteOptions) bind(f *pflag.FlagSet, withKubeconfig bool, nodeTimeout time.Duration) {
 	if withKubeconfig {
 		f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, else the in-cluster config)")
 	}
@@ -37,6 +40,7 @@ func (o *remoteOptions) bind(f *pflag.FlagSet, withKubeconfig bool) {
 	f.StringVar(&o.serviceAccount, "reader-service-account", debug.ReaderServiceAccount,
 		"ServiceAccount, in the proxy pods' namespace, whose short-lived token is minted when no --token is given (needs create serviceaccounts/token on it)")
 	f.IntVar(&o.parallel, "parallel", 16, "nodes asked at once")
+	f.DurationVar(&o.nodeTimeout, "node-timeout", nodeTimeout, "a node's proxy that has not answered a request after this long is reported as not answering")
 }
 
 // connect lists the cluster's nodes and proxy pods and gets the token the

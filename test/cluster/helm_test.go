@@ -68,10 +68,7 @@ func TestHelm(t *testing.T) {
 	}
 	// TestDaemonSet's objects (same names) go first: Helm adopts nothing it
 	// did not create. The rules stay in the kernel meanwhile.
-	c.kubectl("-n", "kube-system", "delete", "daemonset,configmap,serviceaccount", "-l", "app.kubernetes.io/name=crossproxy", "--ignore-not-found", "--wait=true")
-	c.kubectl("delete", "clusterrole,clusterrolebinding", "crossproxy", "--ignore-not-found")
-	c.kubectl("-n", "kube-system", "delete", "role,rolebinding", "crossproxy", "--ignore-not-found")
-	c.kubectl("-n", "kube-system", "wait", "--for=delete", "pod", "-l", "app.kubernetes.io/name=crossproxy", "--timeout=2m")
+	c.deleteManifestObjects()
 
 	start := time.Now()
 	out := c.helm("install", "crossproxy", chart, "--namespace", "kube-system",

@@ -94,15 +94,23 @@ func stateDir() string {
 // resetCrossproxy removes every crossproxy object a test before may have
 // left (a Helm release, the plain manifests) and crossproxy's tables from
 // both nodes, so each test starts from a node without crossproxy.
+// deleteManifestObjects deletes what the plain manifests create, before the
+// chart installs objects of the same names (Helm adopts nothing it did not
+// create). The rules stay in the kernel meanwhile.
+func (c *cluster) deleteManifestObjects() {
+	c.t.Helper()
+	c.kubectl("-n", "kube-system", "delete", "daemonset,configmap,serviceaccount", "-l", "app.kubernetes.io/name=crossproxy", "--ignore-not-found", "--wait=true")
+	c.kubectl("delete", "clusterrole,clusterrolebinding", "crossproxy", "crossproxy-reader", "crossproxy-operator", "--ignore-not-found")
+	c.kubectl("-n", "kube-system", "delete", "role,rolebinding", "crossproxy", "--ignore-not-found")
+	c.kubectl("-n", "kube-system", "wait", "--for=delete", "pod", "-l", "app.kubernetes.io/name=crossproxy", "--timeout=2m")
+}
+
 func (c *cluster) resetCrossproxy() {
 	c.t.Helper()
 	if rel := c.helm("list", "--namespace", "kube-system", "-q"); strings.Contains(rel, "crossproxy") {
 		c.helm("uninstall", "crossproxy", "--namespace", "kube-system", "--wait", "--timeout", "5m")
 	}
-	c.kubectl("-n", "kube-system", "delete", "daemonset,configmap,serviceaccount", "-l", "app.kubernetes.io/name=crossproxy", "--ignore-not-found", "--wait=true")
-	c.kubectl("delete", "clusterrole,clusterrolebinding", "crossproxy", "--ignore-not-found")
-	c.kubectl("-n", "kube-system", "delete", "role,rolebinding", "crossproxy", "--ignore-not-found")
-	c.kubectl("-n", "kube-system", "wait", "--for=delete", "pod", "-l", "app.kubernetes.io/name=crossproxy", "--timeout=2m")
+	c.deleteManifestObjects()
 	for _, n := range []string{"xpc-a", "xpc-b"} {
 		if _, err := sh(context.Background(), env(c.t, "XP_CROSSPROXY_BIN"), "cleanup", "--netns", "/run/netns/"+n); err != nil {
 			c.t.Fatal(err)

@@ -91,9 +91,7 @@ func (c *cluster) ensureRelease(chart string) {
 	if _, err := sh(context.Background(), "bash", c.script, "load", env(c.t, "XP_IMAGE_ARCHIVE")); err != nil {
 		c.t.Fatal(err)
 	}
-	c.kubectl("-n", "kube-system", "delete", "daemonset,configmap,serviceaccount", "-l", "app.kubernetes.io/name=crossproxy", "--ignore-not-found", "--wait=true")
-	c.kubectl("delete", "clusterrole,clusterrolebinding", "crossproxy", "--ignore-not-found")
-	c.kubectl("-n", "kube-system", "delete", "role,rolebinding", "crossproxy", "--ignore-not-found")
+	c.deleteManifestObjects()
 	c.helm("install", "crossproxy", chart, "--namespace", "kube-system",
 		"--set", "image.repository="+repo, "--set", "image.tag="+tag,
 		"--set", "apiServer.host=10.201.0.1", "--set", "apiServer.port=6443",
