@@ -9,6 +9,8 @@
 package main
 
 import (
+	"os"
+
 	"github.com/spf13/cobra"
 
 	hns "github.com/crossproxy/crossproxy/platform_windows"
@@ -43,7 +45,14 @@ func useFakeHNS(network string) {
 // nodeHNS returns the HNS the backend programs and its ledger's file name:
 // the fake keeps its own ledger, so a test run never leaves entries a real
 // run would read.
+//
+// `crossproxy run` has no flag for the fake: the test build takes the
+// network's name from CROSSPROXY_FAKE_HNS_NETWORK instead, which the Wine
+// test of the secure endpoint (test/integration) sets.
 func nodeHNS() (hns.HNS, string) {
+	if fakeHNS == nil {
+		useFakeHNS(os.Getenv("CROSSPROXY_FAKE_HNS_NETWORK"))
+	}
 	if fakeHNS != nil {
 		return fakeHNS, "hns-owned-fake.json"
 	}

@@ -48,35 +48,7 @@ import (
 // addresses, as it would for a real pod.
 func TestSecureEndpointThroughTheAPIServer(t *testing.T) {
 	e := newEnv(t)
-	all := shippedRBACObjects(t)
-	for _, o := range all.serviceAccounts {
-		create(t, func() error {
-			_, err := e.admin.CoreV1().ServiceAccounts(o.Namespace).Create(e.ctx, o, metav1.CreateOptions{})
-			return err
-		})
-	}
-	for _, o := range all.clusterRoles {
-		create(t, func() error {
-			_, err := e.admin.RbacV1().ClusterRoles().Create(e.ctx, o, metav1.CreateOptions{})
-			return err
-		})
-	}
-	for _, o := range all.clusterRoleBindings {
-		create(t, func() error {
-			_, err := e.admin.RbacV1().ClusterRoleBindings().Create(e.ctx, o, metav1.CreateOptions{})
-			return err
-		})
-	}
-	stranger := &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "stranger", Namespace: "kube-system"}}
-	create(t, func() error {
-		_, err := e.admin.CoreV1().ServiceAccounts("kube-system").Create(e.ctx, stranger, metav1.CreateOptions{})
-		return err
-	})
-	cfg, err := e.api.UserConfig(harness.CrossproxyUser)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitAuthorized(t, e, kubernetes.NewForConfigOrDie(cfg), authzv1.ResourceAttributes{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"})
+	applyShippedRBAC(t, e)
 
 	hostIP := hostAddress(t)
 	secure := net.JoinHostPort(hostIP, strconv.Itoa(freePort(t, hostIP)))
@@ -102,7 +74,7 @@ func TestSecureEndpointThroughTheAPIServer(t *testing.T) {
 		}
 	}
 
-	e.proxyPod(hostIP, secure)
+	e.proxyPod("crossproxy-linux-x1", hostIP, secure)
 	admin, err := e.api.Kubeconfig(harness.AdminUser)
 	if err != nil {
 		t.Fatal(err)
@@ -191,6 +163,42 @@ func TestSecureEndpointThroughTheAPIServer(t *testing.T) {
 	}
 }
 
+// applyShippedRBAC creates every object of installer/linux/rbac.yaml and a
+// ServiceAccount "stranger" without any role, and waits until the proxy's
+// identity may ask for access reviews.
+func applyShippedRBAC(t *testing.T, e *env) {
+	t.Helper()
+	all := shippedRBACObjects(t)
+	for _, o := range all.serviceAccounts {
+		create(t, func() error {
+			_, err := e.admin.CoreV1().ServiceAccounts(o.Namespace).Create(e.ctx, o, metav1.CreateOptions{})
+			return err
+		})
+	}
+	for _, o := range all.clusterRoles {
+		create(t, func() error {
+			_, err := e.admin.RbacV1().ClusterRoles().Create(e.ctx, o, metav1.CreateOptions{})
+			return err
+		})
+	}
+	for _, o := range all.clusterRoleBindings {
+		create(t, func() error {
+			_, err := e.admin.RbacV1().ClusterRoleBindings().Create(e.ctx, o, metav1.CreateOptions{})
+			return err
+		})
+	}
+	stranger := &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "stranger", Namespace: "kube-system"}}
+	create(t, func() error {
+		_, err := e.admin.CoreV1().ServiceAccounts("kube-system").Create(e.ctx, stranger, metav1.CreateOptions{})
+		return err
+	})
+	cfg, err := e.api.UserConfig(harness.CrossproxyUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAuthorized(t, e, kubernetes.NewForConfigOrDie(cfg), authzv1.ResourceAttributes{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"})
+}
+
 func create(t *testing.T, f func() error) {
 	t.Helper()
 	if err := f(); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -198,15 +206,15 @@ func create(t *testing.T, f func() error) {
 	}
 }
 
-// proxyPod creates the proxy's Pod on e.node as the DaemonSet's, Running
-// and Ready at ip.
-func (e *env) proxyPod(ip, secure string) {
+// proxyPod creates the proxy's Pod on e.node as the DaemonSet's, named
+// name, Running and Ready at ip.
+func (e *env) proxyPod(name, ip, secure string) {
 	e.t.Helper()
 	_, port, _ := net.SplitHostPort(secure)
 	p, _ := strconv.Atoi(port)
 	no := false
 	pod := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "crossproxy-linux-x1", Namespace: "kube-system", Labels: map[string]string{"app.kubernetes.io/name": "crossproxy"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system", Labels: map[string]string{"app.kubernetes.io/name": "crossproxy"}},
 		Spec: v1.PodSpec{
 			NodeName: e.node, HostNetwork: true, ServiceAccountName: "crossproxy", AutomountServiceAccountToken: &no,
 			Containers: []v1.Container{{Name: "crossproxy", Image: "crossproxy:test", Ports: []v1.ContainerPort{
