@@ -2,10 +2,12 @@ package debug
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
@@ -43,7 +45,10 @@ func objects() (*v1.Node, *v1.Service, *discovery.EndpointSlice, *discovery.Endp
 type fakeBackend struct {
 	programmed *platform.ProgrammedService
 	err        error
+	others     []platform.OtherProxy
 }
+
+func (b *fakeBackend) OtherProxies(context.Context) ([]platform.OtherProxy, error) { return b.others, nil }
 
 func (b *fakeBackend) Name() string                                              { return "fake" }
 func (b *fakeBackend) Sync(context.Context, *core.NodeState, core.Changes) error { return nil }
@@ -156,6 +161,29 @@ func TestHandlerServesTheProxysView(t *testing.T) {
 		t.Fatalf("first mismatch %+v, want %q", rep.FirstMismatch, want)
 	}
 
+	// Another proxy on the node is the first mismatch, read at request
+	// time as a local explain reads it; so is the list of reports.
+	b.others = []platform.OtherProxy{{Name: "kube-proxy", Evidence: []string{"nftables table ip kube-proxy"}}}
+	rep, err = Fetch(ctx, base, web)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.FirstMismatch == nil || !strings.Contains(rep.FirstMismatch.Message, "kube-proxy") {
+		t.Fatalf("with kube-proxy's table: first mismatch %+v", rep.FirstMismatch)
+	}
+	sec := httptest.NewServer(&Secure{Handler: h, Summary: &Summary{}})
+	defer sec.Close()
+	resp, err := http.Get(sec.URL + ReportsPath + "?mismatch=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list ReportList
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list.Reports) != 1 || list.Reports[0].Service != "default/web" {
+		t.Fatalf("reports with a mismatch: %+v %v", list, err)
+	}
+	resp.Body.Close()
+	b.others = nil
+
 	b.err = errors.New("permission denied")
 	rep, err = Fetch(ctx, base, web)
 	if err != nil {
@@ -166,7 +194,7 @@ func TestHandlerServesTheProxysView(t *testing.T) {
 		t.Fatalf("programmed: %+v", rep.Programmed)
 	}
 
-	resp, err := http.Get(base + explainPath + "?service=default/web&output=text")
+	resp, err = http.Get(base + explainPath + "?service=default/web&output=text")
 	if err != nil {
 		t.Fatal(err)
 	}

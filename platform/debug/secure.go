@@ -97,6 +97,7 @@ func (s *Secure) serveReports(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Minute)
 	defer cancel()
 	out := ReportList{}
+	others := s.Handler.otherProxies(ctx) // once for all: the node is the same
 	for i, svc := range s.Handler.Objects.Services() {
 		if i == maxReports {
 			out.Truncated = true
@@ -106,7 +107,7 @@ func (s *Secure) serveReports(w http.ResponseWriter, r *http.Request) {
 			out.Truncated = true
 			break
 		}
-		rep := s.Handler.Report(ctx, svc)
+		rep := s.Handler.report(ctx, svc, others)
 		if onlyMismatch && rep.OK() {
 			continue
 		}

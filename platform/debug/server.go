@@ -66,9 +66,30 @@ func (h *Handler) lastState() (*core.NodeState, uint64) {
 	return h.state, h.sync
 }
 
-// Report builds the explain report of svc as this proxy sees it.
+// Report builds the explain report of svc as this proxy sees it, the other
+// Service proxies on the node looked for now.
 func (h *Handler) Report(ctx context.Context, svc types.NamespacedName) *explain.Report {
-	in := explain.Input{Service: svc, NodeName: h.NodeName}
+	return h.report(ctx, svc, h.otherProxies(ctx))
+}
+
+// otherProxies looks for other Service proxies on the node, as a local
+// explain does: a second proxy is the first mismatch of every Service. A
+// failed look reports none (it proves nothing either way).
+func (h *Handler) otherProxies(ctx context.Context) []platform.OtherProxy {
+	d, ok := h.Backend.(platform.OtherProxyDetector)
+	if !ok {
+		return nil
+	}
+	found, err := d.OtherProxies(ctx)
+	if err != nil {
+		h.Log.WithError(err).Debug("debug: look for other Service proxies")
+		return nil
+	}
+	return found
+}
+
+func (h *Handler) report(ctx context.Context, svc types.NamespacedName, others []platform.OtherProxy) *explain.Report {
+	in := explain.Input{Service: svc, NodeName: h.NodeName, OtherProxies: others}
 	if h.Objects != nil {
 		in.Object, in.Slices = h.Objects.Objects(svc)
 	}
