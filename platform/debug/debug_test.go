@@ -48,7 +48,9 @@ type fakeBackend struct {
 	others     []platform.OtherProxy
 }
 
-func (b *fakeBackend) OtherProxies(context.Context) ([]platform.OtherProxy, error) { return b.others, nil }
+func (b *fakeBackend) OtherProxies(context.Context) ([]platform.OtherProxy, error) {
+	return b.others, nil
+}
 
 func (b *fakeBackend) Name() string                                              { return "fake" }
 func (b *fakeBackend) Sync(context.Context, *core.NodeState, core.Changes) error { return nil }
