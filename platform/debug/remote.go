@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
@@ -155,13 +158,30 @@ func (r *Remote) Get(ctx context.Context, px Proxy, path string, params map[stri
 }
 
 // describe turns the API server's answer for a failed proxied request into
-// words: the endpoint's own refusal text when it gave one.
+// words: the endpoint's own refusal text when it gave one (plain text), else
+// the API server's Status, which client-go has decoded from JSON or
+// protobuf already.
 func describe(err error, body []byte) error {
 	var st *apierrors.StatusError
-	if errors.As(err, &st) && len(body) > 0 && !json.Valid(body) {
-		return fmt.Errorf("%s: %s", st.ErrStatus.Reason, string(body))
+	if errors.As(err, &st) && isText(body) {
+		return fmt.Errorf("%s: %s", st.ErrStatus.Reason, strings.TrimSpace(string(body)))
 	}
 	return err
+}
+
+// isText reports whether body is a short human message: UTF-8 without
+// control characters, not JSON (a Status) and not protobuf (which starts
+// with the "k8s" magic and a zero byte).
+func isText(body []byte) bool {
+	if len(body) == 0 || len(body) > 4096 || !utf8.Valid(body) || json.Valid(body) {
+		return false
+	}
+	for _, r := range string(body) {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' && r != '\r' {
+			return false
+		}
+	}
+	return true
 }
 
 // Status asks px for its NodeStatus.

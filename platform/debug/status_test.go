@@ -8,6 +8,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/crossproxy/crossproxy/core"
 	"github.com/crossproxy/crossproxy/platform"
@@ -76,5 +78,20 @@ func TestSummaryReportsSyncsAndNamesWhyUnhealthy(t *testing.T) {
 	s.Observe(platform.SyncResult{ID: 6, Start: now, Duration: time.Millisecond, State: state})
 	if st = s.Status(); !st.Healthy || st.FailingSince != 0 || st.SyncFailures != 2 {
 		t.Errorf("after recovery: healthy=%v %q consecutive %d", st.Healthy, st.Reasons, st.FailingSince)
+	}
+}
+
+func TestDescribeKeepsTheEndpointsWordsAndDropsBinary(t *testing.T) {
+	refusal := apierrors.NewGenericServerResponse(403, "get", schema.GroupResource{Resource: "pods"}, "x", "", 0, false)
+	if err := describe(refusal, []byte("forbidden: system:serviceaccount:kube-system:stranger may not get proxies.crossproxy.io \"a\"\n")); !strings.Contains(err.Error(), "stranger may not get") {
+		t.Errorf("plain-text refusal: %v", err)
+	}
+	unavailable := apierrors.NewServiceUnavailable("error trying to reach service: net/http: TLS handshake timeout")
+	protobuf := []byte("k8s\x00\n\x0c\n\x02v1\x12\x06Status\x12\x10error trying to")
+	if err := describe(unavailable, protobuf); err.Error() != unavailable.Error() {
+		t.Errorf("protobuf Status: %q, want the decoded message %q", err, unavailable)
+	}
+	if err := describe(unavailable, []byte(`{"kind":"Status"}`)); err.Error() != unavailable.Error() {
+		t.Errorf("JSON Status: %q", err)
 	}
 }
