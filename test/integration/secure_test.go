@@ -81,27 +81,7 @@ func TestSecureEndpointThroughTheAPIServer(t *testing.T) {
 	}
 
 	// status: the node is healthy once its first sync is in, with web.
-	var rows []struct {
-		Node    string
-		Healthy bool
-		Reasons []string
-		Status  *debug.NodeStatus
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		out, code := cli(t, "status", "--kubeconfig", admin, "-o", "json")
-		rows = nil
-		if err := json.Unmarshal([]byte(out), &rows); err != nil {
-			t.Fatalf("status -o json: %v\n%s", err, out)
-		}
-		if code == 0 && len(rows) == 1 && rows[0].Status != nil && rows[0].Status.Programmed.Services >= 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status exit %d, rows %+v: want one healthy node programming web", code, rows)
-		}
-		time.Sleep(time.Second)
-	}
+	rows := waitStatus(t, admin, 30*time.Second)
 	if st := rows[0].Status; rows[0].Node != e.node || !rows[0].Healthy || st.Backend != "nftables" || st.LastFull == nil || st.Syncs == 0 {
 		t.Errorf("status row %+v status %+v", rows[0], st)
 	}
@@ -197,6 +177,34 @@ func applyShippedRBAC(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	waitAuthorized(t, e, kubernetes.NewForConfigOrDie(cfg), authzv1.ResourceAttributes{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"})
+}
+
+// statusRow is one row of `crossproxy status -o json`.
+type statusRow struct {
+	Node    string
+	Healthy bool
+	Reasons []string
+	Status  *debug.NodeStatus
+}
+
+// waitStatus runs `crossproxy status -o json` as the harness admin until it
+// exits 0 with one node whose proxy has programmed a Service, or fails the
+// test at the deadline.
+func waitStatus(t *testing.T, kubeconfig string, limit time.Duration) []statusRow {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		out, code := cli(t, "status", "--kubeconfig", kubeconfig, "-o", "json")
+		var rows []statusRow
+		_ = json.Unmarshal([]byte(out), &rows)
+		if code == 0 && len(rows) == 1 && rows[0].Status != nil && rows[0].Status.Programmed.Services >= 1 {
+			return rows
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status: exit %d after %s, want one healthy node programming a Service:\n%s", code, limit, out)
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 func create(t *testing.T, f func() error) {

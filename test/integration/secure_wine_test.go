@@ -3,7 +3,6 @@
 package integration
 
 import (
-	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
@@ -16,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/crossproxy/crossproxy/platform/debug"
 	"github.com/crossproxy/crossproxy/test/harness"
 )
 
@@ -81,25 +79,7 @@ func TestSecureEndpointOfTheWindowsBinaryUnderWine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows []struct {
-		Node    string
-		Healthy bool
-		Reasons []string
-		Status  *debug.NodeStatus
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		out, code := cli(t, "status", "--kubeconfig", admin, "-o", "json")
-		rows = nil
-		_ = json.Unmarshal([]byte(out), &rows)
-		if code == 0 && len(rows) == 1 && rows[0].Status != nil && rows[0].Status.Programmed.Services >= 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status of the Windows proxy: exit %d:\n%s", code, out)
-		}
-		time.Sleep(time.Second)
-	}
+	rows := waitStatus(t, admin, 60*time.Second)
 	st := rows[0].Status
 	if st.OS != "windows" || st.Backend != "kernelspace" || !rows[0].Healthy {
 		t.Errorf("status of the Windows node: %+v", st)
