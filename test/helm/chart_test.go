@@ -176,7 +176,7 @@ func TestDefaultsMatchDist(t *testing.T) {
 	}
 	t.Logf("chart defaults == make dist: %d objects", len(objects(t, chartOut)))
 	for _, set := range []string{"linux.resources.limits.memory=1Gi", "linux.config.syncPeriod=1m",
-		"windows.config.networkName=vxlan0", "tolerations=null", "apiServer.host=10.0.0.1,apiServer.port=6443"} {
+		"windows.config.networkName=vxlan0", "tolerations=null", "apiServer.host=10.0.0.1,apiServer.port=6443", "ports.secure=10300"} {
 		if d := drift(t, mustTemplate(t, "--set", set), dist); len(d) == 0 {
 			t.Errorf("--set %s: no drift seen; the comparison misses it", set)
 		}
