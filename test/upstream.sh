@@ -22,6 +22,7 @@ step() {
 }
 step bash test/helm/build.sh helm
 step bash test/apiserver/build.sh
+step bash test/apiserver/build.sh "$(cat test/apiserver/OLDEST)"
 step bash test/winoracle/build.sh
 step bash test/cluster/build.sh
 step bash test/cluster/build-e2e.sh

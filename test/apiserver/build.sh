@@ -9,7 +9,17 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
-bin_dir="${CROSSPROXY_APISERVER_BIN_DIR:-${APISERVER_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/crossproxy/apiserver-bin}}"
+# build.sh VERSION (e.g. v1.34.4) builds that release of kube-apiserver the
+# same way, into apiserver-bin-VERSION: the oldest supported API server
+# (issue 36). The module is this one with every k8s.io version moved to
+# VERSION, written under the cache directory and resolved there once.
+version="${1:-}"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/crossproxy"
+if [ -n "$version" ]; then
+	bin_dir="$cache/apiserver-bin-$version"
+else
+	bin_dir="${CROSSPROXY_APISERVER_BIN_DIR:-${APISERVER_BIN_DIR:-$cache/apiserver-bin}}"
+fi
 mkdir -p "$bin_dir"
 bin_dir="$(cd "$bin_dir" && pwd)"
 # One build at a time: make test starts this build in the background
@@ -18,6 +28,43 @@ bin_dir="$(cd "$bin_dir" && pwd)"
 exec 8>"$bin_dir/.lock"
 flock 8
 cd "$here"
+if [ -n "$version" ]; then
+	# Already built from this recipe: the binary's own build information
+	# names the release (go version -m), whatever built it.
+	if [ -x "$bin_dir/etcd" ] && [ -x "$bin_dir/kube-apiserver" ] &&
+		go version -m "$bin_dir/kube-apiserver" | grep -qE "^[[:space:]]dep[[:space:]]k8s.io/kubernetes[[:space:]]$version[[:space:]]"; then
+		echo "apiserver $version: up to date in $bin_dir"
+		exit 0
+	fi
+	staging="v0.${version#v1.}"
+	src="$bin_dir/src"
+	rm -rf "$src"
+	mkdir -p "$src"
+	cp -r cmd build.sh "$src/"
+	# k8s.io/kubernetes replaces its staging modules with its own tree; a
+	# module that uses it replaces them with the release's tags, as this
+	# module's go.mod does for v1.37. The list is that release's own.
+	kgomod=$(GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$version" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+	etcd=$(sed -n 's|^[[:space:]]*go.etcd.io/etcd/server/v3 \(v[^ ]*\)$|\1|p' go.mod)
+	{
+		echo "module github.com/crossproxy/crossproxy/test/apiserver"
+		echo
+		sed -n 's/^go /go /p' go.mod
+		echo
+		echo "require ("
+		echo "	go.etcd.io/etcd/server/v3 $etcd"
+		echo "	k8s.io/component-base $staging"
+		echo "	k8s.io/kubernetes $version"
+		echo ")"
+		echo
+		echo "replace ("
+		sed -n 's|^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*|\1|p' "$kgomod" | while read -r m; do echo "	$m => $m $staging"; done
+		echo ")"
+	} >"$src/go.mod"
+	cd "$src"
+	echo "apiserver $version: resolving modules (go mod tidy)"
+	GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod" go mod tidy
+fi
 
 stamp_of() {
 	{

@@ -27,6 +27,13 @@ type bundle struct {
 	configMap  *v1.ConfigMap
 	daemonSet  *appsv1.DaemonSet
 	kindsNames []string
+	// The secure endpoint's readers (issue 39): the ServiceAccount the
+	// commands mint tokens of, its role and binding, and the operators'
+	// role, which nothing binds.
+	readerSA      *v1.ServiceAccount
+	readerRole    *rbacv1.ClusterRole
+	readerBinding *rbacv1.ClusterRoleBinding
+	operatorRole  *rbacv1.ClusterRole
 }
 
 func loadBundle(t *testing.T, osName string) *bundle {
@@ -38,26 +45,38 @@ func loadBundle(t *testing.T, osName string) *bundle {
 	b := &bundle{}
 	for _, d := range docs {
 		var target any
-		switch d.Kind {
-		case "ServiceAccount":
+		switch {
+		case d.Kind == "ServiceAccount" && d.Name == "crossproxy-reader":
+			b.readerSA = &v1.ServiceAccount{}
+			target = b.readerSA
+		case d.Kind == "ClusterRole" && d.Name == "crossproxy-reader":
+			b.readerRole = &rbacv1.ClusterRole{}
+			target = b.readerRole
+		case d.Kind == "ClusterRoleBinding" && d.Name == "crossproxy-reader":
+			b.readerBinding = &rbacv1.ClusterRoleBinding{}
+			target = b.readerBinding
+		case d.Kind == "ClusterRole" && d.Name == "crossproxy-operator":
+			b.operatorRole = &rbacv1.ClusterRole{}
+			target = b.operatorRole
+		case d.Kind == "ServiceAccount":
 			b.sa = &v1.ServiceAccount{}
 			target = b.sa
-		case "ClusterRole":
+		case d.Kind == "ClusterRole":
 			b.role = &rbacv1.ClusterRole{}
 			target = b.role
-		case "ClusterRoleBinding":
+		case d.Kind == "ClusterRoleBinding":
 			b.binding = &rbacv1.ClusterRoleBinding{}
 			target = b.binding
-		case "Role":
+		case d.Kind == "Role":
 			b.nsRole = &rbacv1.Role{}
 			target = b.nsRole
-		case "RoleBinding":
+		case d.Kind == "RoleBinding":
 			b.nsBinding = &rbacv1.RoleBinding{}
 			target = b.nsBinding
-		case "ConfigMap":
+		case d.Kind == "ConfigMap":
 			b.configMap = &v1.ConfigMap{}
 			target = b.configMap
-		case "DaemonSet":
+		case d.Kind == "DaemonSet":
 			b.daemonSet = &appsv1.DaemonSet{}
 			target = b.daemonSet
 		default:
@@ -68,8 +87,9 @@ func loadBundle(t *testing.T, osName string) *bundle {
 		}
 		b.kindsNames = append(b.kindsNames, d.Kind+"/"+d.Name)
 	}
-	if b.sa == nil || b.role == nil || b.binding == nil || b.nsRole == nil || b.nsBinding == nil || b.configMap == nil || b.daemonSet == nil {
-		t.Fatalf("%s manifests: want ServiceAccount, ClusterRole, ClusterRoleBinding, Role, RoleBinding, ConfigMap and DaemonSet, got %v", osName, b.kindsNames)
+	if b.sa == nil || b.role == nil || b.binding == nil || b.nsRole == nil || b.nsBinding == nil || b.configMap == nil || b.daemonSet == nil ||
+		b.readerSA == nil || b.readerRole == nil || b.readerBinding == nil || b.operatorRole == nil {
+		t.Fatalf("%s manifests: want ServiceAccount, ClusterRole, ClusterRoleBinding, Role, RoleBinding, ConfigMap and DaemonSet, and crossproxy-reader's and crossproxy-operator's, got %v", osName, b.kindsNames)
 	}
 	return b
 }
@@ -99,9 +119,30 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		"/nodes":                          {"list", "watch"},
 		"/events":                         {"create", "patch"},
 		"events.k8s.io/events":            {"create", "patch"},
+		// The secure endpoint asks the API server about each caller.
+		"authentication.k8s.io/tokenreviews":        {"create"},
+		"authorization.k8s.io/subjectaccessreviews": {"create"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ClusterRole rules:\n got %v\nwant %v", got, want)
+	}
+	// The readers get the endpoint and nothing else; the operators' role
+	// finds the proxies, reaches them through the API server and mints the
+	// reader's token, and nothing else.
+	wantReader := []rbacv1.PolicyRule{{APIGroups: []string{"crossproxy.io"}, Resources: []string{"proxies"}, Verbs: []string{"get"}}}
+	if !reflect.DeepEqual(b.readerRole.Rules, wantReader) {
+		t.Errorf("crossproxy-reader rules %+v, want %+v", b.readerRole.Rules, wantReader)
+	}
+	if r := b.readerBinding; r.RoleRef.Name != "crossproxy-reader" || len(r.Subjects) != 1 || r.Subjects[0].Name != b.readerSA.Name || r.Subjects[0].Namespace != b.sa.Namespace {
+		t.Errorf("crossproxy-reader binding %+v", r)
+	}
+	wantOperator := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes", "pods"}, Verbs: []string{"list"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/proxy"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, ResourceNames: []string{"crossproxy-reader"}, Verbs: []string{"create"}},
+	}
+	if !reflect.DeepEqual(b.operatorRole.Rules, wantOperator) {
+		t.Errorf("crossproxy-operator rules %+v, want %+v", b.operatorRole.Rules, wantOperator)
 	}
 	// In kube-system only: the cleanup-on-delete container reads its own
 	// DaemonSet, by name, to tell an uninstall from a restart (issue 37).
