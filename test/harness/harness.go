@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"debug/buildinfo"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -101,6 +102,33 @@ type Server struct {
 	httpClient *http.Client
 }
 
+// EnvExpectVersion, when set (v1.34.4), makes Start refuse a kube-apiserver
+// built from another k8s.io/kubernetes release: a suite run against the
+// oldest supported API server (make test-integration-oldest) then cannot
+// pass on the current one by mistake.
+const EnvExpectVersion = "CROSSPROXY_EXPECT_KUBERNETES"
+
+// checkVersion compares the k8s.io/kubernetes release the binary was built
+// from (its Go build information, which our builds keep) with want.
+func checkVersion(bin, want string) error {
+	if want == "" {
+		return nil
+	}
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return fmt.Errorf("read the build information of %s: %w", bin, err)
+	}
+	for _, d := range info.Deps {
+		if d.Path == "k8s.io/kubernetes" {
+			if d.Version != want {
+				return fmt.Errorf("%s is built from k8s.io/kubernetes %s, not %s (%s)", bin, d.Version, want, EnvExpectVersion)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("%s does not name its k8s.io/kubernetes release; want %s (%s)", bin, want, EnvExpectVersion)
+}
+
 // New starts a Server for a test and stops it when the test ends. It fails the
 // test (never skips it) when the binaries are missing or the server does not
 // come up.
@@ -135,6 +163,9 @@ func Start(opts Options) (_ *Server, err error) {
 		return nil, err
 	}
 	opts.BinDir = binDir
+	if err := checkVersion(filepath.Join(binDir, "kube-apiserver"), os.Getenv(EnvExpectVersion)); err != nil {
+		return nil, err
+	}
 
 	dir, err := os.MkdirTemp("", "xpk-apiserver-")
 	if err != nil {

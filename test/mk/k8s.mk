@@ -28,7 +28,7 @@ apiserver-oldest:
 	bash test/apiserver/build.sh $(OLDEST_K8S)
 
 test-integration-oldest: apiserver-oldest
-	CROSSPROXY_APISERVER_BIN_DIR=$${XDG_CACHE_HOME:-$$HOME/.cache}/crossproxy/apiserver-bin-$(OLDEST_K8S) \
+	CROSSPROXY_APISERVER_BIN_DIR=$${XDG_CACHE_HOME:-$$HOME/.cache}/crossproxy/apiserver-bin-$(OLDEST_K8S) CROSSPROXY_EXPECT_KUBERNETES=$(OLDEST_K8S) \
 	  $(GO) test -tags integration -count=1 -p 1 -timeout 20m ./test/integration/
 
 BENCH_SUITES += bench-k8s
