@@ -32,8 +32,16 @@ set -Eeuo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/crossproxy"
-api_bin="${CROSSPROXY_APISERVER_BIN_DIR:-$cache/apiserver-bin}"
-k8s_bin="${CROSSPROXY_CLUSTER_BIN_DIR:-$cache/cluster-bin}"
+# XPC_KUBERNETES=v1.34.4 runs the control plane and kubelets of that release
+# (the oldest supported, test/apiserver/OLDEST), built and cached by version.
+kube_version="${XPC_KUBERNETES:-}"
+if [ -n "$kube_version" ]; then
+	api_bin="$cache/apiserver-bin-$kube_version"
+	k8s_bin="$cache/cluster-bin-$kube_version"
+else
+	api_bin="${CROSSPROXY_APISERVER_BIN_DIR:-$cache/apiserver-bin}"
+	k8s_bin="${CROSSPROXY_CLUSTER_BIN_DIR:-$cache/cluster-bin}"
+fi
 D="${XPC_DIR:-/var/lib/xpc-cluster}"  # state: certs, etcd, containerd roots, logs
 R="${XPC_RUN:-/run/xpc-cluster}"      # sockets and containerd state
 read -r -a nodes <<<"${XPC_NODES:-a b c}"
@@ -110,8 +118,13 @@ wait_for() {
 }
 
 ensure_binaries() {
-	bash "$root/test/apiserver/build.sh"
-	bash "$here/build.sh"
+	if [ -n "$kube_version" ]; then
+		bash "$root/test/apiserver/build.sh" "$kube_version"
+		bash "$here/build-version.sh" "$kube_version"
+	else
+		bash "$root/test/apiserver/build.sh"
+		bash "$here/build.sh"
+	fi
 	bash "$here/setup.sh"
 }
 
