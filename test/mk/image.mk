@@ -18,10 +18,9 @@ endif
 XP_CACHE ?= $(HOME)/.cache/crossproxy
 IMAGE_LAYOUT := dist/crossproxy-$(VERSION)-oci
 IMAGE_ARCHIVE := dist/crossproxy-$(VERSION)-image.tar
-# The commit time, so the same commit gives the same digests.
-ifeq ($(origin IMAGE_CREATED),undefined)
-IMAGE_CREATED := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
-endif
+# The commit time (the top Makefile's SOURCE_DATE_EPOCH), so the same commit
+# gives the same digests.
+IMAGE_CREATED ?= $(SOURCE_DATE_EPOCH)
 OCIIMAGE := bin/ociimage
 CRANE_VERSION := v0.22.1
 CRANE := $(XP_CACHE)/tools/crane-$(CRANE_VERSION)/crane
