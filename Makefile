@@ -46,7 +46,7 @@ BENCH_SUITES := bench-core
 # quick failure shows early; README.md's table lists them in this order. A
 # suite a fragment adds that is not named here runs after these.
 TEST_ORDER := vet lint cross fuzz-short test-unit test-helm test-windows test-e2e-linux \
-  test-installer test-winoracle test-integration test-demo test-kernel test-cluster \
+  test-installer test-release test-winoracle test-integration test-demo test-kernel test-cluster \
   test-conformance-short
 
 .PHONY: all build cross vet lint setup test test-unit fuzz-short bench bench-core clean demo

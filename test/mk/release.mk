@@ -36,3 +36,15 @@ release-push:
 
 test-release:
 	bash test/release/test.sh
+
+# make test-cluster's TestRelease (test/cluster/release_test.go) installs the
+# first of these from a registry on the host and upgrades to the second: a
+# release candidate and its release, as an operator would.
+CLUSTER_RELEASES := v0.1.0-rc.1 v0.1.0
+.PHONY: cluster-releases
+cluster-releases:
+	@set -e; for v in $(CLUSTER_RELEASES); do $(MAKE) --no-print-directory release VERSION=$$v; done
+	bash test/release/tool.sh registry >/dev/null
+	bash test/release/tool.sh crane >/dev/null
+test-cluster: cluster-releases
+test-cluster: export XP_RELEASES = $(addprefix $(CURDIR)/dist/release/,$(CLUSTER_RELEASES))
