@@ -49,10 +49,10 @@ func readRelease(t *testing.T, dir string) release {
 // startRegistry runs the registry (test/release/tool.sh builds it from
 // tools/release's pinned distribution v3) in xpc-cp on registryAddr, plain
 // HTTP, storing into a temporary directory, until the test ends.
-func (c *cluster) startRegistry(releaseDir string) {
+func (c *cluster) startRegistry(scripts string) {
 	t := c.t
 	t.Helper()
-	bin, err := sh(context.Background(), "bash", filepath.Join(releaseDir, "tool.sh"), "registry")
+	bin, err := sh(context.Background(), "bash", filepath.Join(scripts, "tool.sh"), "registry")
 	if err != nil {
 		t.Fatal(err)
 	}
