@@ -22,6 +22,7 @@ commit=$(git -C "$root" rev-parse HEAD)
 work=$(mktemp -d /tmp/xp-release-test.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 fail=0
+t0=$(date +%s)
 bad() { echo "test-release: FAIL: $*" >&2; fail=1; }
 
 for i in 1 2; do
@@ -108,5 +109,6 @@ if ! [[ $out2 =~ ^crossproxy\ v0\.0\.9-1-g([0-9a-f]{7,})\  ]] || [[ $commit != "
 fi
 echo "test-release: not a release: \"$out\", after a tag \"$out2\""
 
+echo "test-release: FIGURE whole suite: $(($(date +%s) - t0))s (load: $(cut -d' ' -f1-3 /proc/loadavg))"
 if [ $fail != 0 ]; then echo "test-release: FAILED" >&2; exit 1; fi
 echo "test-release: 1 passed, 0 failed"
