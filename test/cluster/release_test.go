@@ -89,8 +89,10 @@ func (c *cluster) startRegistry(scripts string) {
 
 // mirrorRegistry points every node's containerd at the test registry for
 // the chart's image registry (containerd's hosts.toml, read at each pull;
-// cluster.sh sets config_path), with it as the only server: no pull leaves
-// the host.
+// cluster.sh sets config_path), with it as the only server, the fallback
+// too: no pull leaves the host. containerd 1.6 refuses a hosts.toml without
+// a [host] table ("invalid `host` tree") and then resolves the registry's
+// own name, hence both.
 func (c *cluster) mirrorRegistry() {
 	t := c.t
 	t.Helper()
@@ -104,7 +106,7 @@ func (c *cluster) mirrorRegistry() {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(d, "hosts.toml"), []byte(fmt.Sprintf("server = \"http://%s\"\n", registryAddr)), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(d, "hosts.toml"), []byte(fmt.Sprintf("server = \"http://%[1]s\"\n\n[host.\"http://%[1]s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", registryAddr)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = os.RemoveAll(d) })
@@ -253,7 +255,7 @@ func TestRelease(t *testing.T) {
 		"--wait", "--timeout", "5m")
 	t.Logf("FIGURE helm install %s --version %s (image pulled from the registry, every Linux pod Ready): %v",
 		chart, first.chartVersion, time.Since(start).Round(100*time.Millisecond))
-	t.Logf("helm install:\n%s", tail(out, 8))
+	t.Logf("helm install:\n%s", tail(out, 600))
 	c.runsRelease(first)
 	// The release's app version, as Helm recorded it from the pulled chart.
 	if l := c.helm("list", "--namespace", "kube-system", "-o", "json"); !strings.Contains(l, `"app_version":"`+first.version+`"`) || !strings.Contains(l, `"chart":"crossproxy-`+first.chartVersion+`"`) {
