@@ -53,7 +53,8 @@ dist: cross
 	cp installer/windows/install.ps1 dist/crossproxy-$(VERSION)-install.ps1
 	tar -C installer/linux -cf - --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner \
 	  crossproxy.service crossproxy.env config.yaml | gzip -n > dist/crossproxy-$(VERSION)-linux-systemd.tar.gz
-	cd dist && rm -f SHA256SUMS && sha256sum crossproxy-$(VERSION)-* > SHA256SUMS && cat SHA256SUMS
+	cd dist && rm -f SHA256SUMS && find . -maxdepth 1 -type f -name 'crossproxy-$(VERSION)-*' -printf '%f\n' | LC_ALL=C sort \
+	  | xargs sha256sum > SHA256SUMS && cat SHA256SUMS
 
 TEST_SUITES += test-installer
 
