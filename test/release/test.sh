@@ -109,6 +109,11 @@ if ! [[ $out2 =~ ^crossproxy\ v0\.0\.9-1-g([0-9a-f]{7,})\  ]] || [[ $commit != "
 fi
 echo "test-release: not a release: \"$out\", after a tag \"$out2\""
 
+# The release is kept for make test-cluster's TestRelease (cluster-releases
+# reuses it only from a clean tree at this commit).
+if [ $fail = 0 ]; then
+	rm -rf "$root/dist/release/$version" && mkdir -p "$root/dist/release" && cp -a "$d1" "$root/dist/release/$version"
+fi
 echo "test-release: FIGURE whole suite: $(($(date +%s) - t0))s (load: $(cut -d' ' -f1-3 /proc/loadavg))"
 if [ $fail != 0 ]; then echo "test-release: FAILED" >&2; exit 1; fi
 echo "test-release: 1 passed, 0 failed"
