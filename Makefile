@@ -6,12 +6,27 @@
 SHELL := /bin/bash
 GO ?= go
 MODULE := github.com/crossproxy/crossproxy
-# Expanded once per make run (:=), so the binaries and the image of one run
-# carry the same version even when a commit lands mid-build.
+# VERSION is the one source of the version: the binaries (crossproxy
+# version), the image's org.opencontainers.image.version, the chart's version
+# and appVersion, the MSI and the release directory all read it from here.
+# `make release VERSION=vX.Y.Z` gives it; otherwise it is the release tag
+# (vX.Y.Z) on HEAD, vX.Y.Z-N-gHASH after one, and dev on a tree with no
+# release tag (never a chart's placeholder). Expanded once per make run (:=),
+# so the binaries and the image of one run carry the same version even when a
+# commit lands mid-build.
 ifeq ($(origin VERSION),undefined)
-VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+VERSION := $(shell git describe --tags --match 'v[0-9]*.[0-9]*.[0-9]*' --dirty 2>/dev/null || echo dev)
 endif
-LDFLAGS := -s -w -X main.version=$(VERSION)
+COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# Every time a build writes (the image's created, the archives' file times) is
+# the commit's, so two builds of one commit are the same bytes.
+ifeq ($(origin SOURCE_DATE_EPOCH),undefined)
+SOURCE_DATE_EPOCH := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+endif
+export SOURCE_DATE_EPOCH
+# -buildid= and GOFLAGS' -trimpath: the same commit links the same bytes in
+# any checkout (make release's reproducibility, test/release/README.md).
+LDFLAGS := -s -w -buildid= -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 PLATFORMS := linux/amd64 linux/arm64 windows/amd64 windows/arm64
 export CGO_ENABLED ?= 0
 # Every go command make runs, and every script it calls, compiles with
@@ -31,7 +46,7 @@ BENCH_SUITES := bench-core
 # quick failure shows early; README.md's table lists them in this order. A
 # suite a fragment adds that is not named here runs after these.
 TEST_ORDER := vet lint cross fuzz-short test-unit test-helm test-windows test-e2e-linux \
-  test-installer test-winoracle test-integration test-integration-oldest test-demo test-kernel test-cluster \
+  test-installer test-release test-winoracle test-integration test-integration-oldest test-demo test-kernel test-cluster \
   test-conformance-short
 
 .PHONY: all build cross vet lint setup test test-unit fuzz-short bench bench-core clean demo

@@ -51,9 +51,10 @@ dist: cross
 	  bash installer/sign.sh dist/crossproxy-$(VERSION)-windows-arm64.exe; fi
 	$(MAKE) --no-print-directory manifests
 	cp installer/windows/install.ps1 dist/crossproxy-$(VERSION)-install.ps1
-	tar -C installer/linux -czf dist/crossproxy-$(VERSION)-linux-systemd.tar.gz \
-	  --owner=0 --group=0 crossproxy.service crossproxy.env config.yaml
-	cd dist && rm -f SHA256SUMS && sha256sum crossproxy-$(VERSION)-* > SHA256SUMS && cat SHA256SUMS
+	tar -C installer/linux -cf - --sort=name --mtime=@$(SOURCE_DATE_EPOCH) --owner=0 --group=0 --numeric-owner \
+	  crossproxy.service crossproxy.env config.yaml | gzip -n > dist/crossproxy-$(VERSION)-linux-systemd.tar.gz
+	cd dist && rm -f SHA256SUMS && find . -maxdepth 1 -type f -name 'crossproxy-$(VERSION)-*' -printf '%f\n' | LC_ALL=C sort \
+	  | xargs sha256sum > SHA256SUMS && cat SHA256SUMS
 
 TEST_SUITES += test-installer
 

@@ -291,6 +291,10 @@ state = "$nr/containerd"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$nd/cni"
+  # Registry hosts (HOST/hosts.toml), read at each pull: TestRelease points
+  # the chart's image registry at the registry it runs in xpc-cp.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$nd/certs.d"
 EOF
 	local ranges routes
 	ranges="[{\"subnet\": \"${pod_cidr[$n]}\", \"gateway\": \"${pod_gw[$n]}\"}]"

@@ -27,7 +27,7 @@ cluster-down:
 # minutes more) run with make test-cluster-prometheus, or with
 # CLUSTER_TEST_RUN=. for everything.
 test-cluster: image manifests cluster-bin
-	CLUSTER_TEST_RUN="$${CLUSTER_TEST_RUN:-TestDaemonSet|TestHelm|TestUninstall|TestStatus|TestTakeover}" timeout 25m bash test/cluster/run-test.sh '$(VERSION)' '$(IMAGE)'
+	CLUSTER_TEST_RUN="$${CLUSTER_TEST_RUN:-TestDaemonSet|TestHelm|TestUninstall|TestStatus|TestRelease|TestTakeover}" timeout 25m bash test/cluster/run-test.sh '$(VERSION)' '$(IMAGE)'
 
 .PHONY: test-cluster-prometheus
 test-cluster-prometheus: image manifests cluster-bin

@@ -18,13 +18,13 @@ endif
 XP_CACHE ?= $(HOME)/.cache/crossproxy
 IMAGE_LAYOUT := dist/crossproxy-$(VERSION)-oci
 IMAGE_ARCHIVE := dist/crossproxy-$(VERSION)-image.tar
-# The commit time, so the same commit gives the same digests.
-ifeq ($(origin IMAGE_CREATED),undefined)
-IMAGE_CREATED := $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
-endif
+# The commit time (the top Makefile's SOURCE_DATE_EPOCH), so the same commit
+# gives the same digests.
+IMAGE_CREATED ?= $(SOURCE_DATE_EPOCH)
 OCIIMAGE := bin/ociimage
-CRANE_VERSION := v0.22.1
-CRANE := $(XP_CACHE)/tools/crane-$(CRANE_VERSION)/crane
+# crane, pinned with the other release tools in tools/release/go.mod.
+CRANE_VERSION := $(shell awk '$$1 == "github.com/google/go-containerregistry" {print $$2}' tools/release/go.mod)
+CRANE := $(XP_CACHE)/crane-$(CRANE_VERSION)/crane
 PUSH_REF ?= $(REGISTRY)/crossproxy:$(VERSION)
 
 .PHONY: image push crane test-image ociimage-force
@@ -41,9 +41,9 @@ image: cross $(OCIIMAGE)
 	  -image linux/arm64=dist/crossproxy-$(VERSION)-linux-arm64:/usr/local/bin/crossproxy \
 	  -image windows/amd64=dist/crossproxy-$(VERSION)-windows-amd64.exe:crossproxy.exe
 
-# crane from the Go module proxy, built once into the cache.
+# crane from tools/release, built once into the cache (test/release/tool.sh).
 $(CRANE):
-	GOBIN=$(dir $(CRANE)) GOFLAGS='$(GOFLAGS) -mod=mod' $(GO) install github.com/google/go-containerregistry/cmd/crane@$(CRANE_VERSION)
+	bash test/release/tool.sh crane >/dev/null
 
 crane: $(CRANE)
 
