@@ -32,7 +32,8 @@ if [ -n "$version" ]; then
 	# Already built from this recipe: the binary's own build information
 	# names the release (go version -m), whatever built it.
 	if [ -x "$bin_dir/etcd" ] && [ -x "$bin_dir/kube-apiserver" ] &&
-		go version -m "$bin_dir/kube-apiserver" | grep -qE "^[[:space:]]dep[[:space:]]k8s.io/kubernetes[[:space:]]$version[[:space:]]"; then
+		go version -m "$bin_dir/kube-apiserver" | grep -qE "^[[:space:]]dep[[:space:]]k8s.io/kubernetes[[:space:]]$version[[:space:]]" &&
+		go version -m "$bin_dir/kube-apiserver" | grep -q "gitVersion=$version"; then
 		echo "apiserver $version: up to date in $bin_dir"
 		exit 0
 	fi
@@ -94,7 +95,15 @@ parallel="${APISERVER_BUILD_P:-2}"
 echo "apiserver: building etcd and kube-apiserver into $bin_dir (-p $parallel)"
 start=$(date +%s)
 go build -p "$parallel" -ldflags='-s -w' -o "$bin_dir/etcd.tmp" ./cmd/etcd
-go build -p "$parallel" -ldflags='-s -w' -o "$bin_dir/kube-apiserver.tmp" ./cmd/kube-apiserver
+# The API server reports the release it is (GET /version), as a released
+# binary does: Helm checks a chart's kubeVersion against it, and clients
+# choose behaviour by it. Without these it says v0.0.0-master.
+kv=${version:-$(sed -n 's|^[[:space:]]*k8s.io/kubernetes \(v[0-9.]*\)$|\1|p' go.mod | head -1)}
+minor=${kv#v1.}
+minor=${minor%%.*}
+vpkg=k8s.io/component-base/version
+go build -p "$parallel" -ldflags="-s -w -X $vpkg.gitVersion=$kv -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor -X $vpkg.gitTreeState=clean -X $vpkg.buildDate=1970-01-01T00:00:00Z" \
+	-o "$bin_dir/kube-apiserver.tmp" ./cmd/kube-apiserver
 mv -f "$bin_dir/etcd.tmp" "$bin_dir/etcd"
 mv -f "$bin_dir/kube-apiserver.tmp" "$bin_dir/kube-apiserver"
 echo "$stamp" >"$bin_dir/.stamp"

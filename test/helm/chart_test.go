@@ -733,3 +733,20 @@ func TestAlertRunbooks(t *testing.T) {
 		}
 	}
 }
+
+// TestKubeVersionRange: the chart installs on the supported API servers
+// (README.md: v1.34 to v1.37, vendor builds included) and refuses the
+// others, naming the range.
+func TestKubeVersionRange(t *testing.T) {
+	for _, v := range []string{"v1.34.0", "v1.34.4", "v1.37.2", "v1.35.2-eks-1234", "v1.36.1+k3s1"} {
+		if _, err := template(t, "--kube-version", v); err != nil {
+			t.Errorf("Kubernetes %s refused: %v", v, err)
+		}
+	}
+	for _, v := range []string{"v1.33.9", "v1.38.0", "v1.38.0-rc.1"} {
+		_, err := template(t, "--kube-version", v)
+		if err == nil || !strings.Contains(err.Error(), ">=1.34.0-0 <1.38.0-0") {
+			t.Errorf("Kubernetes %s: %v, want a refusal naming the range", v, err)
+		}
+	}
+}
