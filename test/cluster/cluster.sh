@@ -10,7 +10,9 @@
 #   xpc-b   node xpc-b: the same with 10.202.2.0/24, 10.201.0.12, zone b
 #   xpc-c   node xpc-c: the same with 10.202.3.0/24, 10.201.0.13, zone c
 # XPC_NODES (default "a b c") names the nodes: letter N is the Nth node,
-# zone N. XPC_STACK=dual makes the cluster dual-stack (IPv4 primary): every
+# zone N; XPC_NODES_PER_ZONE=2 puts two nodes in each zone instead (a and b
+# in zone a, c and d in zone b, ...: what the Traffic Distribution specs
+# that fall back to the same zone need). XPC_STACK=dual makes the cluster dual-stack (IPv4 primary): every
 # node also has fd00:201::1I on eth0 and the pod CIDR fd00:202:I::/64, and
 # Services get fd00:203::/112 beside 10.203.0.0/24.
 # Daemons enter their namespace with `nsenter --net` only, so they share the
@@ -369,7 +371,7 @@ EOF
 	start "kubelet-$n" "xpc-$n" "$k8s_bin/kubelet" --config="$nd/kubelet.yaml" \
 		--kubeconfig="$D/pki/node-$n.kubeconfig" --root-dir="$nd/kubelet" \
 		--hostname-override="xpc-$n" --node-ip="$(node_ips "$n")" \
-		--node-labels="topology.kubernetes.io/zone=$n" --v=1
+		--node-labels="topology.kubernetes.io/zone=$(zone_of "$n")" --v=1
 }
 
 load() {
@@ -386,6 +388,14 @@ untainted() {
 	local t
 	t=$(kubectl_ get nodes -o jsonpath='{.items[*].spec.taints}') || return 1
 	! grep -q not-ready <<<"$t"
+}
+
+# zone_of N: the zone of node letter N (XPC_NODES_PER_ZONE nodes a zone,
+# in letter order, each zone named by its first node's letter).
+zone_of() {
+	local per=${XPC_NODES_PER_ZONE:-1} letters=abcdefghi i
+	i=$(expr index "$letters" "$1")
+	echo "${letters:$(((i - 1) / per * per)):1}"
 }
 
 node_ready() {
@@ -426,7 +436,7 @@ up() {
 	# The controller manager lifts the not-ready taint once the node is Ready.
 	wait_for 180 "the not-ready taints to go" untainted
 	trap - ERR
-	log "up in $((SECONDS - t0))s ($stack-stack): $(for n in "${nodes[@]}"; do printf 'xpc-%s (zone %s) ' "$n" "$n"; done)Ready; kubectl: $0 kubectl"
+	log "up in $((SECONDS - t0))s ($stack-stack): $(for n in "${nodes[@]}"; do printf 'xpc-%s (zone %s) ' "$n" "$(zone_of "$n")"; done)Ready; kubectl: $0 kubectl"
 }
 
 # reboot N: node N as a reboot leaves it for crossproxy (issue 37): its
