@@ -1,0 +1,96 @@
+//go:build faults && linux
+
+package faults
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+// etcdURL finds the client URL of the harness's etcd from its process's
+// command line (the etcd whose --data-dir is in the harness's Dir): the
+// suite writes there what an old or buggy API server let through, which the
+// API server's validation refuses today but serves as stored.
+func etcdURL(t testing.TB, n *node) string {
+	t.Helper()
+	dataDir := filepath.Join(n.api.Dir, "etcd-data")
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(raw), "\x00")
+		var dir, url string
+		for i := 0; i+1 < len(args); i++ {
+			switch args[i] {
+			case "--data-dir":
+				dir = args[i+1]
+			case "--listen-client-url":
+				url = args[i+1]
+			}
+		}
+		if dir == dataDir && url != "" {
+			return url
+		}
+	}
+	t.Fatalf("no etcd process with --data-dir %s", dataDir)
+	return ""
+}
+
+// etcdCall posts one request to etcd's JSON gateway.
+func etcdCall(t testing.TB, base, path string, req any) map[string]any {
+	t.Helper()
+	body, _ := json.Marshal(req)
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Post(base+path, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("etcd %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("etcd %s: %s: %s", path, resp.Status, out)
+	}
+	var m map[string]any
+	_ = json.Unmarshal(out, &m)
+	return m
+}
+
+// store writes obj (a Service or an EndpointSlice) straight into etcd,
+// where the API server keeps it, bypassing its validation: the API server
+// decodes what it finds and serves it to watches and lists as it is.
+func store(t testing.TB, n *node, obj runtime.Object) {
+	t.Helper()
+	gvks, _, err := scheme.Scheme.ObjectKinds(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj.GetObjectKind().SetGroupVersionKind(gvks[0])
+	acc := obj.(interface {
+		GetNamespace() string
+		GetName() string
+		SetUID(types.UID)
+	})
+	acc.SetUID(types.UID(fmt.Sprintf("xpf-%s-%d", acc.GetName(), time.Now().UnixNano())))
+	resource := map[string]string{"Service": "services/specs", "EndpointSlice": "endpointslices"}[gvks[0].Kind]
+	key := fmt.Sprintf("/registry/%s/%s/%s", resource, acc.GetNamespace(), acc.GetName())
+	value, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdCall(t, etcdURL(t, n), "/v3/kv/put", map[string]string{
+		"key": base64.StdEncoding.EncodeToString([]byte(key)), "value": base64.StdEncoding.EncodeToString(value)})
+}
