@@ -51,8 +51,14 @@ type node struct {
 	admin kubernetes.Interface
 	name  string
 	ctx   context.Context
-	// fwdPort is the port of the node loopback's forwarder to the API server.
+	// fwdPort is the port of the node loopback's forwarder to the API
+	// server at upstream; fwdLn and fwdOpen are its listener and
+	// connections.
 	fwdPort    int
+	upstream   string
+	fwdMu      sync.Mutex
+	fwdLn      net.Listener
+	fwdOpen    []net.Conn
 	kubeconfig string
 	client     *http.Client
 }
@@ -80,50 +86,19 @@ func newNode(t testing.TB, opts harness.Options) *node {
 // the admin kubeconfig pointing at it: both proxies run inside the node
 // namespace (kube-proxy has no --netns), where the API server's host
 // loopback address does not exist. The forwarder stands for the node's
-// route to the control plane; a rule in the node namespace that drops its
-// packets (cut) cuts the node off as a network partition does.
+// route to the control plane: a rule in the node namespace that drops its
+// packets (cut) cuts the node off as a network partition does, and closing
+// it (refuse) is a control plane that refuses connections, as a restarting
+// API server's host does.
 func (n *node) forward() {
 	t := n.t
 	u, err := url.Parse(n.api.AdminConfig().Host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ln net.Listener
-	if err := netnsrun.Do(n.lab.Node, func() error {
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
-		return err
-	}); err != nil {
-		t.Fatalf("listen in node namespace: %v", err)
-	}
-	n.fwdPort = ln.Addr().(*net.TCPAddr).Port
-	var mu sync.Mutex
-	var open []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range open {
-			c.Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", u.Host)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			open = append(open, c, up)
-			mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); up.Close() }()
-			go func() { _, _ = io.Copy(c, up); c.Close() }()
-		}
-	}()
+	n.upstream = u.Host
+	n.listen(0)
+	t.Cleanup(n.refuse)
 	kc, err := n.api.Kubeconfig(harness.AdminUser)
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +107,7 @@ func (n *node) forward() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	moved := strings.ReplaceAll(string(data), "://"+u.Host, "://"+ln.Addr().String())
+	moved := strings.ReplaceAll(string(data), "://"+u.Host, fmt.Sprintf("://127.0.0.1:%d", n.fwdPort))
 	if moved == string(data) {
 		t.Fatalf("kubeconfig %s does not name the API server %s", kc, u.Host)
 	}
@@ -141,6 +116,59 @@ func (n *node) forward() {
 		t.Fatal(err)
 	}
 }
+
+// listen starts forwarding on port (0: any) of the node's loopback.
+func (n *node) listen(port int) {
+	var ln net.Listener
+	err := netnsrun.Do(n.lab.Node, func() error {
+		var err error
+		ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		return err
+	})
+	if err != nil {
+		n.t.Fatalf("listen in node namespace: %v", err)
+	}
+	n.fwdPort = ln.Addr().(*net.TCPAddr).Port
+	n.fwdMu.Lock()
+	n.fwdLn = ln
+	n.fwdMu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", n.upstream)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			n.fwdMu.Lock()
+			n.fwdOpen = append(n.fwdOpen, c, up)
+			n.fwdMu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+}
+
+// refuse closes the forwarder and every connection through it: the node's
+// connections to the API server end and new ones are refused.
+func (n *node) refuse() {
+	n.fwdMu.Lock()
+	defer n.fwdMu.Unlock()
+	if n.fwdLn != nil {
+		n.fwdLn.Close()
+		n.fwdLn = nil
+	}
+	for _, c := range n.fwdOpen {
+		c.Close()
+	}
+	n.fwdOpen = nil
+}
+
+// accept ends refuse: the forwarder listens on its port again.
+func (n *node) accept() { n.listen(n.fwdPort) }
 
 // cut drops every packet between the node and the API server (both
 // directions, on the node's loopback where the forwarder listens), as a
@@ -233,7 +261,7 @@ type proc struct {
 // start runs the named proxy inside the node namespace against the API
 // server, with the deployment defaults of both (--min-sync-period 1 s,
 // kube-proxy's syncPeriod 30 s) and its health and metrics on the node's
-// loopback; extra are crossproxy flags.
+// loopback; extra are flags of that proxy.
 func (n *node) start(which string, extra ...string) *proc {
 	n.t.Helper()
 	var args []string
@@ -278,7 +306,7 @@ oomScoreAdj: 0
 		// Single-stack IPv4, as crossproxy's --ip-families IPv4, instead
 		// of a second, IPv6 proxier (test/cluster/kubeproxy.sh does the same).
 		run(n.t, "ip", "netns", "exec", n.lab.Node, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-		args = []string{"--net=" + n.lab.NetNS(), path, "--config", cfgPath, "--v=2"}
+		args = append([]string{"--net=" + n.lab.NetNS(), path, "--config", cfgPath, "--v=2"}, extra...)
 	default:
 		n.t.Fatalf("unknown proxy %q", which)
 	}
