@@ -74,6 +74,14 @@ func etcdCall(t testing.TB, base, path string, req any) map[string]any {
 // decodes what it finds and serves it to watches and lists as it is.
 func store(t testing.TB, n *node, obj runtime.Object) {
 	t.Helper()
+	key, value := etcdEntry(t, obj)
+	etcdCall(t, etcdURL(t, n), "/v3/kv/put", map[string]string{
+		"key": base64.StdEncoding.EncodeToString([]byte(key)), "value": base64.StdEncoding.EncodeToString(value)})
+}
+
+// etcdEntry is the key and value the API server keeps obj under.
+func etcdEntry(t testing.TB, obj runtime.Object) (string, []byte) {
+	t.Helper()
 	gvks, _, err := scheme.Scheme.ObjectKinds(obj)
 	if err != nil {
 		t.Fatal(err)
@@ -86,11 +94,25 @@ func store(t testing.TB, n *node, obj runtime.Object) {
 	})
 	acc.SetUID(types.UID(fmt.Sprintf("xpf-%s-%d", acc.GetName(), time.Now().UnixNano())))
 	resource := map[string]string{"Service": "services/specs", "EndpointSlice": "endpointslices"}[gvks[0].Kind]
-	key := fmt.Sprintf("/registry/%s/%s/%s", resource, acc.GetNamespace(), acc.GetName())
 	value, err := json.Marshal(obj)
 	if err != nil {
 		t.Fatal(err)
 	}
-	etcdCall(t, etcdURL(t, n), "/v3/kv/put", map[string]string{
-		"key": base64.StdEncoding.EncodeToString([]byte(key)), "value": base64.StdEncoding.EncodeToString(value)})
+	return fmt.Sprintf("/registry/%s/%s/%s", resource, acc.GetNamespace(), acc.GetName()), value
+}
+
+// storeMany writes objs into etcd as store does, a hundred to a
+// transaction (etcd allows 128).
+func storeMany(t testing.TB, n *node, objs []runtime.Object) {
+	t.Helper()
+	base := etcdURL(t, n)
+	for i := 0; i < len(objs); i += 100 {
+		var ops []map[string]any
+		for _, obj := range objs[i:min(i+100, len(objs))] {
+			key, value := etcdEntry(t, obj)
+			ops = append(ops, map[string]any{"requestPut": map[string]string{
+				"key": base64.StdEncoding.EncodeToString([]byte(key)), "value": base64.StdEncoding.EncodeToString(value)}})
+		}
+		etcdCall(t, base, "/v3/kv/txn", map[string]any{"success": ops})
+	}
 }
