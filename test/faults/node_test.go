@@ -61,6 +61,8 @@ type node struct {
 	fwdOpen    []net.Conn
 	kubeconfig string
 	client     *http.Client
+	// env is added to the proxies' environment (GOMEMLIMIT, for one).
+	env []string
 }
 
 func newNode(t testing.TB, opts harness.Options) *node {
@@ -316,6 +318,7 @@ oomScoreAdj: 0
 		n.t.Fatal(err)
 	}
 	cmd := exec.Command("nsenter", args...)
+	cmd.Env = append(os.Environ(), n.env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
