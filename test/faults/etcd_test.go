@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,8 +16,11 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/scheme"
 )
 
@@ -115,4 +119,37 @@ func storeMany(t testing.TB, n *node, objs []runtime.Object) {
 		}
 		etcdCall(t, base, "/v3/kv/txn", map[string]any{"success": ops})
 	}
+}
+
+// bulkIP is the ClusterIP of bulk Service i: 10.96.128.0/17 of the
+// harness's 10.96.0.0/16, which its allocator has not handed out.
+func bulkIP(i int) string { return fmt.Sprintf("10.96.%d.%d", 128+i/250, 1+i%250) }
+
+// bulkServices are count ClusterIP Services named prefix-NNNNN (port 80 to
+// 8080) with a slice each, Service i served by pod i%3.
+func bulkServices(n *node, prefix string, count int) []runtime.Object {
+	var objs []runtime.Object
+	for i := range count {
+		name := fmt.Sprintf("%s-%05d", prefix, i)
+		objs = append(objs, &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", CreationTimestamp: metav1.Now()},
+			Spec: v1.ServiceSpec{Type: v1.ServiceTypeClusterIP, ClusterIP: bulkIP(i), ClusterIPs: []string{bulkIP(i)},
+				IPFamilies: []v1.IPFamily{v1.IPv4Protocol}, SessionAffinity: v1.ServiceAffinityNone,
+				Ports: []v1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}}}})
+		objs = append(objs, n.slice(name, name+"-1", podAddrs[i%3]))
+	}
+	return objs
+}
+
+// bulkAnswers connects to the first, a middle and the last of count bulk
+// Services and returns how many answered from their pod, and what each did.
+func bulkAnswers(n *node, count int) (int, string) {
+	ok, got := 0, []string{}
+	for _, i := range []int{0, count / 2, count - 1} {
+		b, err := n.lab.backendOf(net.JoinHostPort(bulkIP(i), "80"), 500*time.Millisecond)
+		if err == nil && b == podAddrs[i%3] {
+			ok++
+		}
+		got = append(got, fmt.Sprintf("%s→%q", bulkIP(i), b))
+	}
+	return ok, strings.Join(got, " ")
 }

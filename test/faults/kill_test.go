@@ -4,7 +4,6 @@ package faults
 
 import (
 	"fmt"
-	"net"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -12,10 +11,7 @@ import (
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/crossproxy/crossproxy/test/harness"
 )
@@ -34,10 +30,6 @@ func TestKillInFullSync(t *testing.T) {
 	}
 }
 
-// bulkIP is the ClusterIP of bulk Service i: 10.96.128.0/17 of the
-// harness's 10.96.0.0/16, which its allocator has not handed out.
-func bulkIP(i int) string { return fmt.Sprintf("10.96.%d.%d", 128+i/250, 1+i%250) }
-
 var bulkIPs = regexp.MustCompile(`\b10\.96\.(1[2-9][0-9]|2[0-4][0-9])\.\d+\b`)
 
 func killInFullSync(t *testing.T, which string) {
@@ -46,15 +38,7 @@ func killInFullSync(t *testing.T, which string) {
 		count, kills = 2000, []float64{0.2, 0.5, 0.8}
 	}
 	n := newNode(t, harness.Options{})
-	var objs []runtime.Object
-	for i := range count {
-		name := fmt.Sprintf("bulk-%05d", i)
-		objs = append(objs, &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", CreationTimestamp: metav1.Now()},
-			Spec: v1.ServiceSpec{Type: v1.ServiceTypeClusterIP, ClusterIP: bulkIP(i), ClusterIPs: []string{bulkIP(i)},
-				IPFamilies: []v1.IPFamily{v1.IPv4Protocol}, SessionAffinity: v1.ServiceAffinityNone,
-				Ports: []v1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}}}})
-		objs = append(objs, n.slice(name, name+"-1", podAddrs[i%3]))
-	}
+	objs := bulkServices(n, "bulk", count)
 	start := time.Now()
 	storeMany(t, n, objs)
 	for {
@@ -67,18 +51,8 @@ func killInFullSync(t *testing.T, which string) {
 		}
 		time.Sleep(time.Second)
 	}
-	samples := []int{0, count / 2, count - 1}
-	answers := func() (int, string) {
-		ok, got := 0, []string{}
-		for _, i := range samples {
-			b, err := n.lab.backendOf(net.JoinHostPort(bulkIP(i), "80"), 500*time.Millisecond)
-			if err == nil && b == podAddrs[i%3] {
-				ok++
-			}
-			got = append(got, fmt.Sprintf("%s→%q", bulkIP(i), b))
-		}
-		return ok, strings.Join(got, " ")
-	}
+	samples := 3
+	answers := func() (int, string) { return bulkAnswers(n, count) }
 	inKernel := func() int {
 		out, err := exec.Command("ip", "netns", "exec", n.lab.Node, "nft", "list", "ruleset").Output()
 		if err != nil {
@@ -133,10 +107,10 @@ func killInFullSync(t *testing.T, which string) {
 		c := inKernel()
 		ok, got := answers()
 		state := map[bool]string{true: "new", false: "old"}[c == count]
-		if (c != 0 && c != count) || (ok != 0 && ok != len(samples)) || (c == count) != (ok == len(samples)) {
+		if (c != 0 && c != count) || (ok != 0 && ok != samples) || (c == count) != (ok == samples) {
 			state, partial = "PART", partial+1
 		}
-		outcomes = append(outcomes, fmt.Sprintf("kill at %.0f%%: %s (%d ClusterIPs, %d/%d answer: %s)", frac*100, state, c, ok, len(samples), got))
+		outcomes = append(outcomes, fmt.Sprintf("kill at %.0f%%: %s (%d ClusterIPs, %d/%d answer: %s)", frac*100, state, c, ok, samples, got))
 	}
 
 	// The restart after the last kill converges.
@@ -144,7 +118,7 @@ func killInFullSync(t *testing.T, which string) {
 	p = n.start(which, debug)
 	var converged time.Duration
 	for {
-		if ok, _ := answers(); ok == len(samples) && inKernel() == count {
+		if ok, _ := answers(); ok == samples && inKernel() == count {
 			converged = time.Since(restart)
 			break
 		}

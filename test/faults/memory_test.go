@@ -4,7 +4,6 @@ package faults
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -12,11 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/crossproxy/crossproxy/test/harness"
 )
@@ -79,15 +73,7 @@ func memoryBurst(t *testing.T, which string) {
 	probe := n.lab.probe(50*time.Millisecond, nodePortAddr(probeSvc), clusterAddr(probeSvc))
 	defer probe.stop()
 
-	var objs []runtime.Object
-	for i := range count {
-		name := fmt.Sprintf("burst-%05d", i)
-		objs = append(objs, &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", CreationTimestamp: metav1.Now()},
-			Spec: v1.ServiceSpec{Type: v1.ServiceTypeClusterIP, ClusterIP: bulkIP(i), ClusterIPs: []string{bulkIP(i)},
-				IPFamilies: []v1.IPFamily{v1.IPv4Protocol}, SessionAffinity: v1.ServiceAffinityNone,
-				Ports: []v1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}}}})
-		objs = append(objs, n.slice(name, name+"-1", podAddrs[i%3]))
-	}
+	objs := bulkServices(n, "burst", count)
 	pid := p.cmd.Process.Pid
 	var peak atomic.Int64
 	oom := make(chan time.Time, 1)
@@ -115,14 +101,9 @@ func memoryBurst(t *testing.T, which string) {
 	storeMany(t, n, objs)
 	stored := time.Since(start)
 
-	samples := []int{0, count / 2, count - 1}
 	allAnswer := func() bool {
-		for _, i := range samples {
-			if b, err := n.lab.backendOf(net.JoinHostPort(bulkIP(i), "80"), 500*time.Millisecond); err != nil || b != podAddrs[i%3] {
-				return false
-			}
-		}
-		return true
+		ok, _ := bulkAnswers(n, count)
+		return ok == 3
 	}
 	var outcome string
 	deadline := time.Now().Add(10 * time.Minute)
