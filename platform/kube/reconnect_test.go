@@ -59,9 +59,9 @@ func TestRedialerRetriesSilenceAndRefusals(t *testing.T) {
 			if calls.Load() != 6 {
 				t.Errorf("%d attempts, want 6", calls.Load())
 			}
-			// Five failed attempts, each at least half an attempt apart
+			// Five failed attempts, each at least a quarter attempt apart
 			// (jitter) and, for silence, a whole attempt long.
-			if took < 5*10*time.Millisecond || took > 5*40*time.Millisecond+100*time.Millisecond {
+			if took < 5*5*time.Millisecond || took > 5*40*time.Millisecond+100*time.Millisecond {
 				t.Errorf("took %v for five failed attempts of 20 ms", took)
 			}
 			var msgs []string
