@@ -106,7 +106,7 @@ type redialer struct {
 func (d *redialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.patience)
 	defer cancel()
-	started0 := time.Now()
+	begun := time.Now()
 	for {
 		started := time.Now()
 		actx, acancel := context.WithTimeout(ctx, d.attempt)
@@ -117,7 +117,7 @@ func (d *redialer) DialContext(ctx context.Context, network, addr string) (net.C
 			return c, nil
 		}
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("dial API server %s: unreachable for %v: %w", addr, time.Since(started0), err)
+			return nil, fmt.Errorf("dial API server %s: unreachable for %v: %w", addr, time.Since(begun), err)
 		}
 		d.unreachable(addr, err, started)
 		// A refusal or a missing route comes back at once: the next
@@ -129,7 +129,7 @@ func (d *redialer) DialContext(ctx context.Context, network, addr string) (net.C
 			wait := time.Until(started.Add(d.attempt/4 + rand.N(d.attempt/2)))
 			select {
 			case <-ctx.Done():
-				return nil, fmt.Errorf("dial API server %s: unreachable for %v: %w", addr, time.Since(started0), err)
+				return nil, fmt.Errorf("dial API server %s: unreachable for %v: %w", addr, time.Since(begun), err)
 			case <-time.After(wait):
 			}
 		}
