@@ -22,5 +22,5 @@ test-faults-short: apiserver
 	$(GO) test -tags faults -short -count=1 -p 1 -v -timeout 10m ./test/faults/
 
 test-faults: apiserver cluster-bin
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeToCore$$' -fuzztime 60s ./platform/kube/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeToCore$$' -fuzztime 200000x ./platform/kube/
 	$(GO) test -tags faults -count=1 -p 1 -v -timeout 40m ./test/faults/
