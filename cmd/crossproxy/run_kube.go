@@ -99,6 +99,7 @@ func (rk *runKube) connect(ro *runOptions, log logrus.FieldLogger) error {
 	if err != nil {
 		return err
 	}
+	kube.FastReconnect(rc, log)
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)
