@@ -5,8 +5,10 @@
 package logging
 
 import (
+	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -39,8 +41,21 @@ func New(out io.Writer, format, level string) (*logrus.Logger, error) {
 // through log, with "component": "client-go". klog verbosity 0-1 maps to
 // info, 2-4 to debug and higher to trace, so --log-level debug shows
 // client-go's watch restarts and trace everything.
+//
+// klog decides V(n) itself, by its own -v, before anything reaches the
+// sink, so the verbosity is raised to match: 4 at debug, 10 at trace.
 func RedirectKlog(log *logrus.Logger) {
 	klog.SetLogger(logr.New(&sink{base: log, log: log.WithField("component", "client-go")}))
+	v := 1
+	switch {
+	case log.IsLevelEnabled(logrus.TraceLevel):
+		v = 10
+	case log.IsLevelEnabled(logrus.DebugLevel):
+		v = 4
+	}
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("v", strconv.Itoa(v)) // a number klog's flag always accepts
 }
 
 // sink is a logr.LogSink over logrus.

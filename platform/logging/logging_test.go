@@ -48,6 +48,19 @@ func TestKlogGoesThroughLogrus(t *testing.T) {
 	if strings.Contains(out, "hidden at info") {
 		t.Fatalf("V(4) shown at info: %q", out)
 	}
+
+	// At debug, client-go's V(4) lines (watch restarts, "too old resource
+	// version") come through: klog's own verbosity follows the level.
+	buf.Reset()
+	dlog, _ := New(&buf, "json", "debug")
+	RedirectKlog(dlog)
+	klog.V(4).InfoS("watch closed", "reason", "too old resource version")
+	klog.V(6).InfoS("hidden at debug")
+	klog.Flush()
+	if out := buf.String(); !strings.Contains(out, "too old resource version") || strings.Contains(out, "hidden at debug") {
+		t.Fatalf("at debug: %q", out)
+	}
+	RedirectKlog(log) // back to info for the tests after this one
 }
 
 // TestRingKeepsTheLastLinesInOrder writes more lines than the ring holds
