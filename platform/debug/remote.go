@@ -146,7 +146,11 @@ func (r *Remote) Get(ctx context.Context, px Proxy, path string, params map[stri
 		Namespace(px.Pod.Namespace).Resource("pods").
 		Name("https:"+px.Pod.Name+":"+strconv.Itoa(px.Port)).
 		SubResource("proxy").Suffix(path).
-		SetHeader(TokenHeader, "Bearer "+r.Token)
+		SetHeader(TokenHeader, "Bearer "+r.Token).
+		// JSON, not protobuf: the API server's own refusals (the pod
+		// unreachable) then come back as a Status client-go decodes into
+		// words; the endpoint ignores the header.
+		SetHeader("Accept", "application/json, */*")
 	for k, v := range params {
 		req = req.Param(k, v)
 	}
