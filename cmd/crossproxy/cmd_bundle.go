@@ -63,12 +63,12 @@ type bundleFile struct {
 	data []byte
 }
 
-// nodeFiles are what bundle asks each proxy for, by file name.
+// nodeFiles are what bundle asks each proxy for, by file name; its
+// status.json is the row status already asked for, not asked again.
 var nodeFiles = []struct {
 	name, path string
 	params     map[string]string
 }{
-	{"status.json", debug.StatusPath, nil},
 	{"explain-mismatch.json", debug.ReportsPath, map[string]string{"mismatch": "1"}},
 	{"reports.json", debug.ReportsPath, nil},
 	{"state.json", debug.StatePath, nil},
@@ -96,14 +96,24 @@ func (bo *bundleOptions) run(ctx context.Context, out io.Writer) error {
 		{path.Join(root, "versions.txt"), []byte(bundleVersions(rows))},
 	}
 	failed := 0
+	rowOf := map[string]nodeRow{}
+	for _, r := range rows {
+		rowOf[r.Node] = r
+	}
 	bo.remote.each(proxies, func(_ int, px debug.Proxy) {
 		var got []bundleFile
 		var errs []string
-		for _, nf := range nodeFiles {
-			if px.PodProblem != "" {
-				errs = append(errs, px.PodProblem)
-				break
-			}
+		row := rowOf[px.Node]
+		ask := nodeFiles
+		if row.Status == nil {
+			// Its status could not be had (no pod, or no answer within
+			// --node-timeout): the rest would not come either.
+			errs = append(errs, row.Reasons...)
+			ask = nil
+		} else {
+			got = append(got, bundleFile{path.Join(root, "nodes", px.Node, "status.json"), mustJSON(row.Status)})
+		}
+		for _, nf := range ask {
 			body, err := bo.get(ctx, r, px, nf.path, nf.params)
 			if errors.Is(err, context.DeadlineExceeded) {
 				// A proxy that does not answer one request will not

@@ -6,6 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/crossproxy/crossproxy/core"
 	"github.com/crossproxy/crossproxy/platform"
 )
 
@@ -95,8 +98,10 @@ type Summary struct {
 	failingSince uint64
 	repairs      uint64
 	others       []string
-	problems     []string
-	counts       Counts
+	// state is the last successful sync's, never modified (SyncResult):
+	// Status derives the counts and problems from it when asked, so a sync
+	// pays nothing for them.
+	state *core.NodeState
 }
 
 func (s *Summary) now() time.Time {
@@ -141,19 +146,27 @@ func (s *Summary) Observe(res platform.SyncResult) {
 		s.repairs++
 		s.lastRepair = sum
 	}
-	s.problems = s.problems[:0]
-	for _, p := range res.State.Problems {
-		s.problems = append(s.problems, p.String())
+	s.state = res.State
+}
+
+// counts are the objects in force in st, and its problems as text.
+func counts(st *core.NodeState) (Counts, []string) {
+	if st == nil {
+		return Counts{}, nil
 	}
-	c := Counts{ServicePorts: len(res.State.Ports)}
-	svcs := map[string]bool{}
-	for _, sp := range res.State.Ports {
-		svcs[sp.Key.Service.String()] = true
+	problems := make([]string, 0, len(st.Problems))
+	for _, p := range st.Problems {
+		problems = append(problems, p.String())
+	}
+	c := Counts{ServicePorts: len(st.Ports)}
+	svcs := map[types.NamespacedName]bool{}
+	for _, sp := range st.Ports {
+		svcs[sp.Key.Service] = true
 		c.Frontends += len(sp.Frontends)
 		c.Endpoints += len(sp.ClusterEndpoints)
 	}
 	c.Services = len(svcs)
-	s.counts = c
+	return c, problems
 }
 
 // Status is the node's status now.
@@ -171,10 +184,12 @@ func (s *Summary) Status() NodeStatus {
 	st.LastSync, st.LastFull, st.LastPartial, st.LastFailure, st.LastRepair = s.last, s.lastFull, s.lastPartial, s.lastFailure, s.lastRepair
 	st.Syncs, st.SyncFailures, st.FailingSince, st.DriftRepairs = s.syncs, s.failures, s.failingSince, s.repairs
 	st.OtherProxies = append([]string(nil), s.others...)
-	st.InputProblems = capList(s.problems)
-	st.Programmed = s.counts
-	nProblems := len(s.problems)
+	state := s.state
 	s.mu.Unlock()
+	var problems []string
+	st.Programmed, problems = counts(state)
+	st.InputProblems = capList(problems)
+	nProblems := len(problems)
 
 	if len(st.OtherProxies) > 0 {
 		st.Reasons = append(st.Reasons, "another Service proxy programs this node too: "+st.OtherProxies[0])

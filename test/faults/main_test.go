@@ -15,10 +15,10 @@ package faults
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/crossproxy/crossproxy/test/harness"
 )
 
 // binary is the crossproxy built for this run.
@@ -29,16 +29,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "fault tests need root (network namespaces)")
 		os.Exit(1)
 	}
-	dir, err := os.MkdirTemp("", "xpf-bin-")
+	var dir string
+	var err error
+	binary, dir, err = harness.BuildCrossproxy("xpf-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "crossproxy")
-	build := exec.Command("go", "build", "-o", binary, "github.com/crossproxy/crossproxy/cmd/crossproxy")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build crossproxy:", err)
 		os.Exit(1)
 	}
 	code := m.Run()

@@ -37,16 +37,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "integration tests need root (network namespaces)")
 		os.Exit(1)
 	}
-	dir, err := os.MkdirTemp("", "xpk-bin-")
+	var dir string
+	var err error
+	binary, dir, err = harness.BuildCrossproxy("xpk-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "crossproxy")
-	build := exec.Command("go", "build", "-o", binary, "github.com/crossproxy/crossproxy/cmd/crossproxy")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build crossproxy:", err)
 		os.Exit(1)
 	}
 	code := m.Run()
