@@ -147,9 +147,9 @@ func (r *Remote) Get(ctx context.Context, px Proxy, path string, params map[stri
 		Name("https:"+px.Pod.Name+":"+strconv.Itoa(px.Port)).
 		SubResource("proxy").Suffix(path).
 		SetHeader(TokenHeader, "Bearer "+r.Token).
-		// JSON, not protobuf: the API server's own refusals (the pod
-		// unreachable) then come back as a Status client-go decodes into
-		// words; the endpoint ignores the header.
+		// JSON, not protobuf, for the API server's own refusals (the pod
+		// unreachable); the endpoint ignores the header. client-go still
+		// reports such a 503 with its generic text (test/results/status.md).
 		SetHeader("Accept", "application/json, */*")
 	for k, v := range params {
 		req = req.Param(k, v)
