@@ -29,7 +29,8 @@ import (
 //	ext-cluster-vN  that cluster path: its own masquerade decision and pick
 //	pick-vN         no endpoint: drop or reject; else the frontend's class
 //	pick-vN-M       draws a slot in [0, M) and looks the frontend and slot up
-//	                in endpoints-vN (cluster-endpoints-vN for the cluster path)
+//	                in endpoints-vN-M (cluster-endpoints-vN-M for the cluster
+//	                path), the endpoint map of class M
 //
 // Endpoint choice. A frontend with N endpoints has them in slots 0..N-1 of
 // the map and is in the class M, the power of two with N <= M < 2N. Class M's
@@ -44,6 +45,12 @@ import (
 // at log2 of the largest endpoint count, and a frontend changes class only
 // when its count crosses a power of two; the price, a 2^-32 bias towards slot
 // 0, is far below what any test of a load balancer can see.
+//
+// Each class has its own endpoint map, bound only by its own chain's draws:
+// the kernel checks every element added to a map against every rule bound to
+// it, so one map for all classes made each element cost 429 checks (13
+// classes x 33 draws) instead of 33 (test/results/scale.md). A frontend whose
+// count crosses a power of two moves its slots to the next class's map.
 //
 // Removing an endpoint moves the last slot into the hole (assignSlots), so
 // the slots stay 0..N-1 and one endpoint change is a handful of element
@@ -97,7 +104,7 @@ type sharedSets struct {
 	frontends, extLocal  Set
 	masq, masqOff        [2]Set // per path
 	drop, reject         [2]Set
-	endpoints            [2]Set
+	endpoints            [2][pickClassBits + 1]Set // per path and class
 	classes              [2][pickClassBits + 1]Set
 	services, extLocalCh string
 	extCluster           string
@@ -129,14 +136,14 @@ func newSharedSets(f v1.IPFamily) *sharedSets {
 		s.masqOff[p] = keys(pre + "masq-off-cluster-frontends")
 		s.drop[p] = keys(pre + "drop-frontends")
 		s.reject[p] = keys(pre + "reject-frontends")
-		s.endpoints[p] = Set{Name: pre + "endpoints-" + v, Family: f, Kind: SetEndpoints}
 		s.pick[p] = pre + "pick-" + v
-		s.sets = append(s.sets, s.masq[p], s.masqOff[p], s.drop[p], s.reject[p], s.endpoints[p])
+		s.sets = append(s.sets, s.masq[p], s.masqOff[p], s.drop[p], s.reject[p])
 		for c := 0; c <= pickClassBits; c++ {
 			m := strconv.Itoa(1 << c)
 			s.classes[p][c] = keys(pre + "pick-" + m + "-frontends")
+			s.endpoints[p][c] = Set{Name: pre + "endpoints-" + v + "-" + m, Family: f, Kind: SetEndpoints}
 			s.pickClass[p][c] = pre + "pick-" + v + "-" + m
-			s.sets = append(s.sets, s.classes[p][c])
+			s.sets = append(s.sets, s.classes[p][c], s.endpoints[p][c])
 		}
 	}
 	return s
@@ -180,14 +187,15 @@ func (s *sharedSets) chains(det core.FamilyLocalDetect) []*Chain {
 		for c := 0; c <= pickClassBits; c++ {
 			pick = append(pick, Rule{fe(s.classes[p][c]), gotoC(s.pickClass[p][c])})
 			m := uint32(1) << c
+			em := s.endpoints[p][c].Name
 			draws := make([]Rule, 0, pickAttempts+1)
 			if m == 1 {
-				draws = append(draws, Rule{dnatPick{Family: f, Map: s.endpoints[p].Name, Mod: 1}})
+				draws = append(draws, Rule{dnatPick{Family: f, Map: em, Mod: 1}})
 			} else {
 				for range pickAttempts {
-					draws = append(draws, Rule{dnatPick{Family: f, Map: s.endpoints[p].Name, Mod: m}})
+					draws = append(draws, Rule{dnatPick{Family: f, Map: em, Mod: m}})
 				}
-				draws = append(draws, Rule{dnatPick{Family: f, Map: s.endpoints[p].Name, Mod: 1}})
+				draws = append(draws, Rule{dnatPick{Family: f, Map: em, Mod: 1}})
 			}
 			out = append(out, &Chain{Name: s.pickClass[p][c], Rules: draws})
 		}
@@ -335,11 +343,12 @@ func (b *portBuilder) mapPort(frontends []frontendTarget, prev *portSlots) {
 			}
 			return
 		}
-		add(&s.classes[path][bits.Len(uint(pickClass(len(so))))-1], key)
+		c := bits.Len(uint(pickClass(len(so)))) - 1
+		add(&s.classes[path][c], key)
 		for i, ap := range so {
 			e := key
 			e.Slot, e.To = uint32(i), ap
-			add(&s.endpoints[path], e)
+			add(&s.endpoints[path][c], e)
 		}
 	}
 	offCluster := p.Masquerade.OffClusterInternal && det.Implemented()

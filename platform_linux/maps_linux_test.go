@@ -26,13 +26,20 @@ import (
 	"github.com/crossproxy/crossproxy/core"
 )
 
-// kernelSlots reads the endpoint map of table crossproxy back from the
+// kernelSlots reads the endpoint maps of table crossproxy back from the
 // kernel: per frontend, the endpoint in each slot.
 func kernelSlots(t *testing.T, b *Backend) map[netip.AddrPort]map[uint32]netip.AddrPort {
 	t.Helper()
 	out := map[netip.AddrPort]map[uint32]netip.AddrPort{}
 	err := b.ns.withConn(func(c *nftables.Conn) error {
-		es, _, err := readElements(c, tableObj("crossproxy"), shared(v1.IPv4Protocol).endpoints[pathMain].Name)
+		var es []nftables.SetElement
+		for _, m := range shared(v1.IPv4Protocol).endpoints[pathMain] {
+			got, _, err := readElements(c, tableObj("crossproxy"), m.Name)
+			if err != nil {
+				return err
+			}
+			es = append(es, got...)
+		}
 		for _, e := range es {
 			addr, _, port, _ := decodeFrontendKey(v1.IPv4Protocol, e.Key)
 			fe := netip.AddrPortFrom(addr, port)
@@ -42,7 +49,7 @@ func kernelSlots(t *testing.T, b *Backend) map[netip.AddrPort]map[uint32]netip.A
 			to := netip.AddrFrom4([4]byte(e.Val[:4]))
 			out[fe][binary.NativeEndian.Uint32(e.Key[12:16])] = netip.AddrPortFrom(to, uint16(e.Val[4])<<8|uint16(e.Val[5]))
 		}
-		return err
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -280,7 +287,7 @@ func TestListedRulesetParsesAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	listed := nftIn(t, ns, "list", "ruleset")
-	for _, want := range []string{"map endpoints-v4", "ip daddr . meta l4proto . th dport . numgen random mod 2 map @endpoints-v4", // nft 0.9.8: "dnat ip addr . port to"
+	for _, want := range []string{"map endpoints-v4-2", "ip daddr . meta l4proto . th dport . numgen random mod 2 map @endpoints-v4-2", // nft 0.9.8: "dnat ip addr . port to"
 		"10.96.0.10 . tcp . 80 . 0x00000001 : 10.244.2.6 . 8080", "chain svc-"} {
 		if !strings.Contains(listed, want) {
 			t.Fatalf("listing lacks %q:\n%s", want, listed)

@@ -144,7 +144,7 @@ func (b *Backend) readFrontend(r *ruleReader, f v1.IPFamily, e nftables.SetEleme
 // (maps.go) to out, reporting whether t has that layout. A frontend's
 // Service is the comment of its service-frontends element; what a new
 // connection from outside the node meets is its drop or reject membership,
-// else its endpoints in endpoints-vN in slot order.
+// else its endpoints in its class's endpoints-vN-M in slot order.
 func readShared(c *nftables.Conn, t *nftables.Table, svc types.NamespacedName,
 	out *platform.ProgrammedService, fronts map[frontendKey]bool) (bool, error) {
 	found := false
@@ -187,9 +187,13 @@ func readShared(c *nftables.Conn, t *nftables.Table, svc types.NamespacedName,
 			to   netip.AddrPort
 		}
 		eps := map[frontendKey][]slotted{}
-		es, _, err := readElements(c, t, s.endpoints[pathMain].Name)
-		if err != nil {
-			return found, err
+		var es []nftables.SetElement
+		for _, m := range s.endpoints[pathMain] {
+			got, _, err := readElements(c, t, m.Name)
+			if err != nil {
+				return found, err
+			}
+			es = append(es, got...)
 		}
 		n := int(addrLen(f))
 		for _, e := range es {

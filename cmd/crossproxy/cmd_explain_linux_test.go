@@ -89,7 +89,7 @@ func TestExplainReadsTheKernel(t *testing.T) {
 
 	// Remove the Service's endpoint from the endpoint map behind the proxy's back.
 	elem := "{ 10.96.0.11 . tcp . 80 . 0x00000000 }"
-	nftIn(t, ns, "delete", "element", "inet", "crossproxy", "endpoints-v4", elem)
+	nftIn(t, ns, "delete", "element", "inet", "crossproxy", "endpoints-v4-1", elem)
 	out, code = explainOK()
 	want := "FIRST MISMATCH (layer 4, programmed): programmed rules miss 1 endpoint that the computed state has, for ClusterIP 10.96.0.11:80/TCP: 10.244.1.6:8080"
 	if code != 1 || !strings.Contains(out, want) {
