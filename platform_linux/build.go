@@ -318,16 +318,26 @@ func (f *fullBuild) newApplied() *applied {
 func (f *fullBuild) shared() *sharedAddrs {
 	var n sharedCounts
 	for _, k := range f.keys {
-		n.add(k.Family, len(f.state.Ports[k].ClusterEndpoints))
+		p := f.state.Ports[k]
+		eps := 0
+		for _, ep := range p.ClusterEndpoints {
+			if hairpinsAll(p) || mayHairpin(ep) {
+				eps++
+			}
+		}
+		n.add(k.Family, eps)
 	}
 	s := newSharedAddrs(n)
 	for _, k := range f.keys {
 		p := f.state.Ports[k]
 		i := familyIndex(k.Family)
 		s.clusterIPs[i].add(p.ClusterIP, false)
+		all := hairpinsAll(p)
 		for _, set := range [][]core.Endpoint{p.ClusterEndpoints, p.LocalEndpoints} {
 			for _, ep := range set {
-				s.hairpins[i].add(ep.Addr, true)
+				if all || mayHairpin(ep) {
+					s.hairpins[i].add(ep.Addr, true)
+				}
 			}
 		}
 	}
@@ -653,15 +663,40 @@ func frontendTargets(p *core.ServicePort, cfg Config) []frontendTarget {
 	return out
 }
 
+// hairpinsAll reports whether every endpoint of p, remote ones included, may
+// meet its own connection through p's rules. A hairpin connection (an
+// endpoint reaching itself through its Service) needs its source
+// masqueraded, or the endpoint would answer itself directly. A remote
+// endpoint's own connections to a ClusterIP, ExternalIP or LoadBalancer IP
+// are translated on its own node, and one to a NodePort of this node under
+// the Cluster policy is masqueraded anyway (Masquerade.External); what is
+// left is a NodePort under the Local policy, whose pod-originated connections
+// take the cluster path unmasqueraded (with local detection by cluster CIDR,
+// remote pods count as pods) and may draw the pod itself.
+func hairpinsAll(p *core.ServicePort) bool { return p.ExternalPolicyLocal }
+
+// mayHairpin reports whether ep may meet its own connections through any
+// Service port's rules on this node: when it runs here, or when its slice
+// does not say where it runs. With hairpinsAll false, only such endpoints
+// need an element in the hairpin set: at 100k Services x 10 endpoints spread
+// over the cluster's nodes, the set holds this node's pods instead of a
+// million addresses (kube-proxy matches every endpoint's address in its
+// endpoint chain, which costs it nothing more per rule).
+func mayHairpin(ep core.Endpoint) bool { return ep.Local || ep.NodeName() == "" }
+
 // endpointAddrs are the distinct addresses of p's cluster and local
-// endpoints, for the shared hairpin set.
+// endpoints that may hairpin (hairpinsAll, mayHairpin), for the shared
+// hairpin set.
 func endpointAddrs(p *core.ServicePort) []netip.Addr {
+	all := hairpinsAll(p)
 	// Local endpoints are normally also cluster endpoints: count the
 	// distinct addresses first so the slice the backend keeps is exact.
 	seen := make(map[netip.Addr]bool, len(p.ClusterEndpoints)+len(p.LocalEndpoints))
 	for _, set := range [][]core.Endpoint{p.ClusterEndpoints, p.LocalEndpoints} {
 		for _, ep := range set {
-			seen[ep.Addr] = true
+			if all || mayHairpin(ep) {
+				seen[ep.Addr] = true
+			}
 		}
 	}
 	out := make([]netip.Addr, 0, len(seen))

@@ -21,9 +21,20 @@ func BenchmarkBuildPlan10k(b *testing.B) {
 	}
 }
 
+// benchNodes is the number of nodes scaleStateN spreads endpoints over, one
+// of them node-a, the node the state is computed for.
+const benchNodes = 500
+
 // scaleStateN is n ClusterIP Services with eps endpoints each, the shape of
-// the performance targets.
+// the performance targets. Endpoints run on benchNodes nodes in turn, as the
+// EndpointSlice controller names them, so node-a, whose state this is, runs
+// one in benchNodes.
 func scaleStateN(n, eps int) *core.NodeState {
+	places := make([]*core.EndpointPlace, benchNodes)
+	for i := range places {
+		places[i] = &core.EndpointPlace{NodeName: fmt.Sprintf("node-%d", i)}
+	}
+	places[0].NodeName = "node-a"
 	st := &core.NodeState{
 		Node:     core.NodeInfo{Name: "node-a"},
 		Families: []v1.IPFamily{v1.IPv4Protocol},
@@ -40,7 +51,9 @@ func scaleStateN(n, eps int) *core.NodeState {
 			Masquerade: core.Masquerade{OffClusterInternal: true, External: true}}
 		for e := 0; e < eps; e++ {
 			j := i*eps + e
-			p.ClusterEndpoints = append(p.ClusterEndpoints, ep(netip.AddrFrom4([4]byte{10, 128 + byte(j>>16), byte(j >> 8), byte(j)}).String(), 8080, false))
+			e := ep(netip.AddrFrom4([4]byte{10, 128 + byte(j>>16), byte(j >> 8), byte(j)}).String(), 8080, j%benchNodes == 0)
+			e.Place = places[j%benchNodes]
+			p.ClusterEndpoints = append(p.ClusterEndpoints, e)
 		}
 		st.Ports[k] = p
 	}

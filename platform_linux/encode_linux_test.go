@@ -237,7 +237,7 @@ func TestBatchChunksStayFewForHugeBatches(t *testing.T) {
 // (built, planned and encoded shard by shard) is byte for byte the encoding
 // of the planned ruleset, over several chunks.
 func TestStreamedBatchIsTheEncodedPlan(t *testing.T) {
-	st := scaleStateN(3000, 10)
+	st := scaleStateN(5000, 10)
 	want, err := newRuleEncoder().encode(planRuleset(build(st, Config{}), nil, false))
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -237,6 +238,54 @@ func TestMappedPortsFollowTheirFeatures(t *testing.T) {
 			t.Errorf("%s: want chains of its own in a shard, got %d chains, %d shared elements", p.Key, len(p.Chains), len(p.Shared))
 		case !own && (len(p.Chains) > 0 || len(p.Frontends) > 0 || len(p.Shared) == 0 || p.Shard >= 0):
 			t.Errorf("%s: want shared elements only, got %d chains, %d frontends", p.Key, len(p.Chains), len(p.Frontends))
+		}
+	}
+}
+
+// TestHairpinSetHoldsOnlyEndpointsThatCanReachThemselves: in node-a of a
+// kubeadm cluster with flannel, an endpoint gets a hairpin element when its
+// own connection can come through this node's rules untranslated: it runs
+// on node-a, or its slice does not say where it runs, or its Service has
+// the Local external policy (a remote pod's connection to node-a's NodePort
+// takes the cluster path unmasqueraded and may draw that pod). A remote
+// endpoint of a Cluster-policy Service never needs one: its own node
+// translates its connections to the ClusterIP, and external ones are
+// masqueraded anyway.
+func TestHairpinSetHoldsOnlyEndpointsThatCanReachThemselves(t *testing.T) {
+	opts := core.Options{IPFamilies: []v1.IPFamily{v1.IPv4Protocol},
+		LocalDetect: core.LocalDetect{Mode: core.LocalDetectClusterCIDR, CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}}
+	node := testobj.Node("node-a", "", "192.168.1.10")
+	web := testobj.Service("default", "web", "10.96.0.10")
+	web.Spec.Type = v1.ServiceTypeNodePort
+	web.Spec.Ports[0].NodePort = 30080
+	webEps := testobj.Slice("default", "web-1", "web",
+		testobj.Endpoint("10.244.2.6", "node-a"), testobj.Endpoint("10.244.1.5", "node-b"), testobj.Endpoint("10.244.3.4", ""))
+	local := testobj.Service("default", "local", "10.96.0.11")
+	local.Spec.Type = v1.ServiceTypeNodePort
+	local.Spec.Ports[0].NodePort = 30081
+	local.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+	localEps := testobj.Slice("default", "local-1", "local", testobj.Endpoint("10.244.1.8", "node-b"), testobj.Endpoint("10.244.2.9", "node-a"))
+	st := teststate.Compute(t, opts, node, web, webEps, local, localEps)
+
+	want := map[string][]string{
+		"web":   {"10.244.2.6", "10.244.3.4"},
+		"local": {"10.244.1.8", "10.244.2.9"},
+	}
+	for _, p := range build(st, Config{}).Ports {
+		got := fmt.Sprint(p.Endpoints)
+		if w := fmt.Sprint(want[p.Key.Service.Name]); got != w {
+			t.Errorf("%s: hairpin addresses %s, want %s", p.Key, got, w)
+		}
+	}
+	text := build(st, Config{}).Text()
+	for _, absent := range []string{"10.244.1.5 . 10.244.1.5"} {
+		if strings.Contains(text, absent) {
+			t.Errorf("the ruleset has the hairpin element %q of a remote endpoint of a Cluster-policy Service:\n%s", absent, text)
+		}
+	}
+	for _, present := range []string{"10.244.2.6 . 10.244.2.6", "10.244.3.4 . 10.244.3.4", "10.244.1.8 . 10.244.1.8", "10.244.2.9 . 10.244.2.9"} {
+		if !strings.Contains(text, present) {
+			t.Errorf("the ruleset lacks the hairpin element %q:\n%s", present, text)
 		}
 	}
 }
