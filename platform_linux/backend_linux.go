@@ -374,12 +374,14 @@ func (b *Backend) syncPartial(ctx context.Context, state *core.NodeState, change
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("partial sync of %d ports not sent: %w", len(ports), err)
 	}
+	var encode, kernel time.Duration // nothing sent: no time in either
 	if plan.Batch.Len() > 0 {
 		own := b.ownGen
 		if err := b.apply(plan.Batch); err != nil {
 			b.applied, b.ownGen = nil, 0
 			return fmt.Errorf("partial sync of %d ports: %w", len(ports), err)
 		}
+		encode, kernel = b.lastEncode, b.lastKernel
 		b.rememberAfter(plan.Batch)
 		// Still exactly crossproxy's only if this batch was the one commit
 		// since the last that was.
@@ -389,7 +391,7 @@ func (b *Backend) syncPartial(ctx context.Context, state *core.NodeState, change
 		}
 	}
 	plan.commit(b.applied)
-	b.stats = SyncStats{Commands: plan.Batch.Len(), Build: built, Encode: b.lastEncode, Kernel: b.lastKernel, Apply: time.Since(start) - built,
+	b.stats = SyncStats{Commands: plan.Batch.Len(), Build: built, Encode: encode, Kernel: kernel, Apply: time.Since(start) - built,
 		Skipped: skipped}
 	return nil
 }

@@ -171,6 +171,39 @@ func BenchmarkFullResync(b *testing.B) {
 	}
 }
 
+// BenchmarkPeriodicFullSync times the periodic full sync of a running proxy
+// when nothing changed and nobody else committed: a diff against what the
+// backend last programmed, which sends nothing (commands, kernel-ms).
+func BenchmarkPeriodicFullSync(b *testing.B) {
+	for _, n := range benchSizes(b, 10000) {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			ns := testNS(b)
+			st := scaleStateN(n, 10)
+			ctx := context.Background()
+			be := newBenchBackend(b, ns)
+			if err := be.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+				b.Fatal(err)
+			}
+			var kernel time.Duration
+			commands := 0
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := be.Sync(ctx, st, core.Changes{Full: true}); err != nil {
+					b.Fatal(err)
+				}
+				s := be.LastSync()
+				if !s.AsDiff {
+					b.Fatalf("periodic full sync %d was a rewrite, not a diff", i)
+				}
+				kernel += s.Kernel
+				commands += s.Commands
+			}
+			b.ReportMetric(float64(kernel.Microseconds())/1000/float64(b.N), "kernel-ms/op")
+			b.ReportMetric(float64(commands)/float64(b.N), "commands/op")
+		})
+	}
+}
+
 // watchDrift runs the backend's drift watcher until the benchmark ends,
 // sending what it reports to noted (dropped when noted is nil or full).
 func watchDrift(b *testing.B, be *Backend, noted chan<- string) {
