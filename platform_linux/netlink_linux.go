@@ -141,9 +141,22 @@ type batchConn struct {
 	// watcher tells crossproxy's own changes from everyone else's. Read
 	// without mu, which a full sync holds for seconds.
 	portids atomic.Pointer[[]uint32]
+	// rbuf receives the kernel's answers, under mu. Kept: a megabyte
+	// allocated for every batch made each endpoint change at 100k
+	// Services pay for a collection of a half-gigabyte heap (most of its
+	// CPU time, test/results/scale.md).
+	rbuf []byte
 }
 
 func newBatchConn() *batchConn { return &batchConn{fd: -1} }
+
+// recvBuf is the receive buffer, allocated on first use; c.mu is held.
+func (c *batchConn) recvBuf() []byte {
+	if c.rbuf == nil {
+		c.rbuf = make([]byte, 1<<20)
+	}
+	return c.rbuf
+}
 
 // open makes the socket in ns if it is not open.
 func (c *batchConn) open(ns *netNS) error {
@@ -362,7 +375,7 @@ func (c *batchConn) exchange(batch *batchBuf, describe func(i int) string) error
 	}
 	seqBase, count, last := batch.seq, uint32(batch.messages()), batch.ack
 	var errs []error
-	rbuf := make([]byte, 1<<20)
+	rbuf := c.recvBuf()
 	for {
 		n, _, err := unix.Recvfrom(c.fd, rbuf, 0)
 		if err != nil {

@@ -63,7 +63,7 @@ func (c *batchConn) ask(msg int, family uint8, dump bool, attrs []byte) ([][]byt
 		return nil, fmt.Errorf("set netlink receive timeout: %w", err)
 	}
 	var out [][]byte
-	rbuf := make([]byte, 64<<10)
+	rbuf := c.recvBuf()
 	for {
 		n, _, err := unix.Recvfrom(c.fd, rbuf, 0)
 		if err != nil {
