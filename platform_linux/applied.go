@@ -26,6 +26,32 @@ type applied struct {
 	cfg        Config
 	clusterIPs useCounts
 	hairpin    useCounts
+	// sizes are the sizes the main table's sets were declared with
+	// (sizes.go), elems the number of elements each holds.
+	sizes map[string]uint32
+	elems map[string]int
+}
+
+// setSizes records the sizes and element counts of main, the main table
+// the full sync that made a wrote.
+func (a *applied) setSizes(main *tableContent) {
+	a.sizes = sizedSets(main)
+	a.elems = make(map[string]int, len(main.Counts))
+	for n, c := range main.Counts {
+		a.elems[n] = c
+	}
+}
+
+// overflow names a set that the element changes delta would fill beyond
+// its declared size ("" when none would): the kernel would refuse the
+// batch, so it is sent as a full sync instead, which sizes the sets anew.
+func (a *applied) overflow(delta map[string]int) string {
+	for n, d := range delta {
+		if size := a.sizes[n]; size > 0 && a.elems[n]+d > int(size) {
+			return n
+		}
+	}
+	return ""
 }
 
 // useCounts counts, per address, the ports whose objects use it. IPv4
@@ -92,6 +118,7 @@ func newApplied(rs *ruleset, cfg Config) *applied {
 	for _, p := range rs.Ports {
 		a.record(p)
 	}
+	a.setSizes(rs.tables()[0])
 	return a
 }
 

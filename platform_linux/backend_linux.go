@@ -207,7 +207,9 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 	if changes.Full || b.applied == nil {
 		if keys, ok := b.fullAsDiff(state); ok {
 			err = b.syncPartial(ctx, state, core.Changes{Ports: keys})
-			b.stats.Full, b.stats.AsDiff = err == nil, err == nil
+			if err == nil && !b.stats.Full { // not sent as a full sync after all (overflow)
+				b.stats.Full, b.stats.AsDiff = true, true
+			}
 		} else {
 			err = b.syncFull(ctx, state)
 		}
@@ -327,6 +329,7 @@ func (b *Backend) syncFull(ctx context.Context, state *core.NodeState) error {
 		b.applied, b.recreate = nil, true
 		return fmt.Errorf("full sync of table inet %s: %w", fb.table, err)
 	}
+	next.setSizes(fb.main)
 	b.applied, b.recreate = next, false
 	b.rememberBaseline()
 	// The tables hold exactly what this batch wrote only if nobody
@@ -370,6 +373,11 @@ func (b *Backend) syncPartial(ctx context.Context, state *core.NodeState, change
 	}
 	b.logSkipped(skipped)
 	plan := planPartial(b.applied, ports)
+	if plan.Overflow != "" {
+		b.log.WithFields(logrus.Fields{"set": plan.Overflow, "size": b.applied.sizes[plan.Overflow]}).
+			Info("the changes would fill a set beyond its declared size: full sync, which sizes the sets anew")
+		return b.syncFull(ctx, state)
+	}
 	built := time.Since(start)
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("partial sync of %d ports not sent: %w", len(ports), err)
@@ -443,7 +451,7 @@ func nftSet(t *nftables.Table, s Set) *nftables.Set {
 	if s.Family == v1.IPv6Protocol {
 		addr = nftables.TypeIP6Addr
 	}
-	ns := &nftables.Set{Table: t, Name: s.Name}
+	ns := &nftables.Set{Table: t, Name: s.Name, Size: s.Size}
 	switch s.Kind {
 	case SetFrontends:
 		ns.KeyType = nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService)

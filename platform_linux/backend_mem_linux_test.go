@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/sirupsen/logrus"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/crossproxy/crossproxy/core"
 	"github.com/crossproxy/crossproxy/internal/golden"
@@ -445,6 +447,17 @@ func TestMemPartialSyncsEqualFullSync(t *testing.T) {
 				if census, _ := m.census(b.cfg.table()); !reflect.DeepEqual(census, b.census) {
 					t.Fatalf("step %d: census %v, the kernel's %v", i, b.census, census)
 				}
+				// The element counts that decide when a set must be
+				// declared anew are the kernel's, and no set holds more
+				// than its size (else the model would have refused).
+				for name, set := range m.tables[b.cfg.table()].sets {
+					if n := b.applied.elems[name]; n != len(set.elems) {
+						t.Fatalf("step %d: the backend counts %d elements in %s, the kernel holds %d", i, n, name, len(set.elems))
+					}
+					if set.decl.Size != b.applied.sizes[name] {
+						t.Fatalf("step %d: %s declared with size %d, the backend remembers %d", i, name, set.decl.Size, b.applied.sizes[name])
+					}
+				}
 			}
 			if partial < steps/2 {
 				t.Errorf("only %d of %d steps were partial syncs", partial, steps)
@@ -535,4 +548,56 @@ func TestMemPeriodicFullSyncIsADiff(t *testing.T) {
 		t.Fatalf("a new shard count must rewrite the tables: %+v", s)
 	}
 	assertSameAsFull(t, m, st, b.cfg)
+}
+
+// TestMemPartialSyncThatOutgrowsASetIsAFullSync adds Services one partial
+// sync at a time to a node whose sets a full sync declared with room for
+// half as many elements again (at least minSetSize): every sync stays
+// partial until one would put an element beyond a set's declared size,
+// which the kernel would refuse; that one is sent as a full sync, which
+// declares the sets anew with room to grow, and the syncs after it are
+// partial again.
+func TestMemPartialSyncThatOutgrowsASetIsAFullSync(t *testing.T) {
+	b, m := newMemBackend(t, Config{})
+	all := scaleStateN(2*minSetSize, 1)
+	keys := make([]core.PortKey, 0, len(all.Ports))
+	for k := range all.Ports {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, core.PortKey.Compare)
+	st := *all
+	st.Ports = map[core.PortKey]*core.ServicePort{}
+	const start = 300
+	for _, k := range keys[:start] {
+		st.Ports[k] = all.Ports[k]
+	}
+	memSync(t, b, &st, core.Changes{Full: true})
+	frontends := shared(v1.IPv4Protocol).endpoints[pathMain][0].Name // one endpoint each: class 1
+	size := func() uint32 { return m.tables["crossproxy"].sets[frontends].decl.Size }
+	if got := size(); got != minSetSize {
+		t.Fatalf("%s holding %d elements was declared with size %d, want %d", frontends, start, got, minSetSize)
+	}
+	fulls, declared := 0, size()
+	for i, k := range keys[start:] {
+		st.Ports[k] = all.Ports[k]
+		memSync(t, b, &st, core.Changes{Ports: map[core.PortKey]struct{}{k: {}}})
+		n := start + i + 1
+		s := b.LastSync()
+		switch {
+		case n > int(declared) && (!s.Full || s.AsDiff):
+			t.Fatalf("Service %d would put the %dth element into %s (size %d): want a full sync, got %+v", n, n, frontends, declared, s)
+		case n <= int(declared) && s.Full:
+			t.Fatalf("Service %d: %s has room (size %d): want a partial sync, got a full one", n, frontends, declared)
+		}
+		if s.Full {
+			fulls++
+			if declared = size(); declared != setSize(n) {
+				t.Fatalf("after the resizing full sync %s has size %d, want %d", frontends, declared, setSize(n))
+			}
+		}
+	}
+	if fulls != 2 { // at 513 (size 512) and at 770 (size 769)
+		t.Fatalf("%d full syncs, want 2", fulls)
+	}
+	assertSameAsFull(t, m, &st, b.cfg)
 }

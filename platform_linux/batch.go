@@ -105,7 +105,11 @@ func (b *batch) Text() string {
 			if op.Set.Kind == SetFrontends || op.Set.Kind == SetEndpoints {
 				word = "map"
 			}
-			fmt.Fprintf(&s, "add %s %s %s { %s; }\n", word, t, op.Set.Name, op.Set.nftDecl())
+			size := ""
+			if op.Set.Size > 0 {
+				size = fmt.Sprintf(" size %d;", op.Set.Size)
+			}
+			fmt.Fprintf(&s, "add %s %s %s { %s;%s }\n", word, t, op.Set.Name, op.Set.nftDecl(), size)
 		case delSetOp:
 			fmt.Fprintf(&s, "delete set %s %s\n", t, op.Set.Name)
 		case addChainOp:

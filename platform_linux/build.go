@@ -250,6 +250,8 @@ type fullBuild struct {
 	mapped  []int32        // the shared-map ports (main table), indexes into keys
 	skipped []Skipped
 	dets    detects
+	// main is the main table's content once tables has yielded it.
+	main *tableContent
 }
 
 func newFullBuild(state *core.NodeState, cfg Config) *fullBuild {
@@ -351,6 +353,12 @@ func (f *fullBuild) tables(record func(*portObjects)) iter.Seq[*tableContent] {
 	return func(yield func(*tableContent) bool) {
 		main := mainContent(f.table, f.globals)
 		f.shared().fill(main)
+		main.Counts = elementCounts(main)
+		for _, j := range f.mapped {
+			k := f.keys[j]
+			tallyShared(f.state.Ports[k], f.dets.of(f.state, k.Family), f.cfg, main.Counts)
+		}
+		f.main = main
 		main.Shared = func(yield func([]sharedElem) bool) {
 			for _, j := range f.mapped {
 				k := f.keys[j]
@@ -517,6 +525,9 @@ type portBuilder struct {
 	det core.FamilyLocalDetect
 	o   *portObjects
 	aff map[string]bool
+	// tally, when set, makes mapPort count the elements per set instead of
+	// making them (tallyShared).
+	tally map[string]int
 }
 
 // buildPort computes the objects of one Service port; cfg.Shards must be set

@@ -155,9 +155,18 @@ func appendSet(b []byte, table string, s Set, id uint32) []byte {
 	if ns.HasTimeout && ns.Timeout != 0 {
 		b = binary.BigEndian.AppendUint64(appendHdr(b, 12, unix.NFTA_SET_TIMEOUT), uint64(ns.Timeout.Milliseconds()))
 	}
+	if s.Size > 0 && !ns.Concatenation {
+		var desc int
+		b, desc = nest(b, unix.NFTA_SET_DESC)
+		b = appendU32Attr(b, unix.NFTA_SET_DESC_SIZE, s.Size)
+		b = endNest(b, desc)
+	}
 	if ns.Concatenation {
 		var desc, concat int
 		b, desc = nest(b, unix.NFTA_SET_DESC)
+		if s.Size > 0 {
+			b = appendU32Attr(b, unix.NFTA_SET_DESC_SIZE, s.Size)
+		}
 		b, concat = nest(b, nftables.NFTA_SET_DESC_CONCAT)
 		for _, t := range nftables.ConcatSetTypeElements(ns.KeyType) {
 			at := len(b)

@@ -330,10 +330,14 @@ func (b *portBuilder) mapPort(frontends []frontendTarget, prev *portSlots) {
 		}
 		return *dst
 	}
-	// Sized for the usual case: per frontend the gate, a masquerade set, a
-	// class and the endpoints.
-	b.o.Shared = make([]sharedElem, 0, len(frontends)*(3+len(p.ClusterEndpoints)))
 	add := func(set *Set, e element) { b.o.Shared = append(b.o.Shared, sharedElem{set: set, e: e}) }
+	if b.tally != nil {
+		add = func(set *Set, _ element) { b.tally[set.Name]++ }
+	} else {
+		// Sized for the usual case: per frontend the gate, a masquerade
+		// set, a class and the endpoints.
+		b.o.Shared = make([]sharedElem, 0, len(frontends)*(3+len(p.ClusterEndpoints)))
+	}
 	pick := func(path pickPath, key element, so slotOrder, empty core.Verdict) {
 		if len(so) == 0 {
 			if empty == core.VerdictDrop {
@@ -393,4 +397,12 @@ func (b *portBuilder) mapPort(frontends []frontendTarget, prev *portSlots) {
 			}
 		}
 	}
+}
+
+// tallyShared counts the elements shared-map port p puts in each set of the
+// main table into tally, without building them: a full sync declares the
+// sets, sized by these counts (sizes.go), before it builds any port.
+func tallyShared(p *core.ServicePort, det *core.FamilyLocalDetect, cfg Config, tally map[string]int) {
+	b := &portBuilder{p: p, det: *det, o: &portObjects{}, tally: tally}
+	b.mapPort(frontendTargets(p, cfg), nil)
 }

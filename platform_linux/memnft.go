@@ -265,6 +265,11 @@ func (t *memTable) addElements(set string, es []element) syscall.Errno {
 			}
 			continue
 		}
+		// A set declared with a size holds no more (nft_add_set_elem:
+		// ENFILE); elements deleted earlier in the batch are gone here.
+		if s.decl.Size > 0 && len(s.elems) >= int(s.decl.Size) {
+			return syscall.ENFILE
+		}
 		s.elems[k] = e
 	}
 	return 0

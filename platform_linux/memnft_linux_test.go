@@ -79,6 +79,15 @@ func TestModelAgreesWithTheKernel(t *testing.T) {
 	baseChain := mem.tables[main].chains[base]
 	otherKind := endpoints.decl
 	otherKind.Kind = SetAddrs
+	if endpoints.decl.Size == 0 {
+		t.Fatalf("map %s was declared without a size", endpoints.decl.Name)
+	}
+	var overfill []element // with the map's own elements, one more than it may hold
+	for i := range int(endpoints.decl.Size) {
+		e := ep
+		e.Addr = netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)})
+		overfill = append(overfill, e)
+	}
 
 	for _, c := range []struct {
 		what string
@@ -103,6 +112,7 @@ func TestModelAgreesWithTheKernel(t *testing.T) {
 		{"add a base chain again with another hook", addChainOp{Table: main, Chain: &Chain{Name: base, Hook: &hook{Type: baseChain.hook.Type, Hook: "input", Priority: baseChain.hook.Priority}}}, syscall.EEXIST},
 		{"make a regular chain a base chain", addChainOp{Table: jumpTable, Chain: &Chain{Name: jumped, Hook: baseChain.hook}}, 0},
 		{"delete a missing table", delTableOp{Table: "no-such-table"}, 0},
+		{"fill a map beyond its declared size", addElementsOp{Table: main, Set: endpoints.decl, Elements: overfill}, 0},
 	} {
 		agree(t, c.what, real, mem, ns, main, []Op{good, c.op}, c.older)
 		// A batch both accepted (an element added again with the same

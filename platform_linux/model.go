@@ -61,6 +61,10 @@ type Set struct {
 	Family  v1.IPFamily
 	Kind    setKind
 	Timeout time.Duration // SetAffinity only
+	// Size is the most elements the kernel lets the set hold, 0 for no
+	// limit. Given, it also makes the kernel choose a hash table of that
+	// size instead of one that grows while a batch fills it (sizedSets).
+	Size uint32
 }
 
 // element is one element of a set; which fields count depends on the set's Kind.

@@ -161,6 +161,7 @@ func TestStreamedPlanIsTheRulesetsPlan(t *testing.T) {
 			if len(got.Ops) != len(want.Ops) || got.Text() != want.Text() {
 				t.Fatalf("%s, recreate %v: streamed plan has %d commands, the ruleset's %d; they differ", tc.name, recreate, len(got.Ops), len(want.Ops))
 			}
+			a.setSizes(fb.main) // as syncFull does once the batch is committed
 			cfg := tc.cfg
 			cfg.Shards = rs.Shards
 			wa := newApplied(rs, cfg)

@@ -18,6 +18,11 @@ type partialPlan struct {
 	ports   map[core.PortKey]*portObjects
 	ipDelta map[netip.Addr]int
 	hpDelta map[netip.Addr]int
+	// elems is how many elements the batch adds to each main-table set;
+	// Overflow names a set it would fill beyond its declared size (the
+	// batch must not be sent then: a full sync sizes the sets anew).
+	elems    map[string]int
+	Overflow string
 }
 
 // commit records the plan in a (the Applied state it was planned from), after
@@ -32,6 +37,11 @@ func (p *partialPlan) commit(a *applied) {
 	}
 	commitCounts(a.clusterIPs, p.ipDelta)
 	commitCounts(a.hairpin, p.hpDelta)
+	for n, d := range p.elems {
+		if a.elems != nil {
+			a.elems[n] += d
+		}
+	}
 }
 
 func commitCounts(m useCounts, delta map[netip.Addr]int) {
@@ -50,7 +60,8 @@ func planPartial(prev *applied, ports map[core.PortKey]*portObjects) *partialPla
 	d := diffPorts(prev, ports)
 	b := &batch{}
 	d.emit(b, prev)
-	return &partialPlan{Batch: b, ports: ports, ipDelta: d.ipDelta, hpDelta: d.hpDelta}
+	elems := elementDeltas(b, prev.Table)
+	return &partialPlan{Batch: b, ports: ports, ipDelta: d.ipDelta, hpDelta: d.hpDelta, elems: elems, Overflow: prev.overflow(elems)}
 }
 
 // located is a chain or set with the shard table it lives in. Chains and sets

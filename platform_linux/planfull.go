@@ -93,8 +93,10 @@ func planTable(b opSink, t *tableContent, inv inventory, recreate bool) {
 			b.add(delChainOp{Table: t.Name, Chain: &Chain{Name: n}})
 		}
 	}
+	sizes := sizedSets(t)
 	for _, s := range t.Sets {
 		if !have[s.Name] || s.Kind != SetAffinity {
+			s.Size = sizes[s.Name]
 			b.add(addSetOp{Table: t.Name, Set: s})
 		}
 	}

@@ -21,6 +21,10 @@ type tableContent struct {
 	// table only): a full sync encodes them as they come instead of
 	// holding a million of them at once.
 	Shared iter.Seq[[]sharedElem]
+	// Counts are the number of elements each set of the main table will
+	// hold, Shared included (nil in the shards): what sizedSets sizes the
+	// sets by.
+	Counts map[string]int
 }
 
 // tables lists the main table and then every shard, with their content: the
@@ -47,6 +51,12 @@ func (rs *ruleset) tables() []*tableContent {
 		shared.add(p.Key.Family, p.ClusterIP, p.Endpoints)
 	}
 	shared.fill(main)
+	main.Counts = elementCounts(main)
+	for _, p := range mapped {
+		for _, se := range p.Shared {
+			main.Counts[se.set.Name]++
+		}
+	}
 	main.Shared = func(yield func([]sharedElem) bool) {
 		for _, p := range mapped {
 			if !yield(p.Shared) {
@@ -233,6 +243,7 @@ func (t *tableContent) text(b *strings.Builder) {
 	fmt.Fprintf(b, "table inet %s {\n", t.Name)
 	sets := append([]Set(nil), t.Sets...)
 	sort.SliceStable(sets, func(i, j int) bool { return sets[i].Name < sets[j].Name })
+	sizes := sizedSets(t)
 	for _, s := range sets {
 		word := "set"
 		if s.Kind == SetFrontends {
@@ -244,6 +255,9 @@ func (t *tableContent) text(b *strings.Builder) {
 		fmt.Fprintf(b, "\t%s %s {\n\t\t%s\n", word, s.Name, s.nftDecl())
 		if s.Kind == SetAffinity {
 			fmt.Fprintf(b, "\t\tflags dynamic,timeout\n\t\ttimeout %ds\n", int64(s.Timeout.Seconds()))
+		}
+		if n := sizes[s.Name]; n > 0 {
+			fmt.Fprintf(b, "\t\tsize %d\n", n)
 		}
 		if es := elements[s.Name]; len(es) > 0 {
 			lines := make([]string, len(es))
