@@ -261,7 +261,7 @@ func (b *Backend) fullAsDiff(state *core.NodeState) (map[core.PortKey]struct{}, 
 	}
 	cfg := b.cfg
 	cfg.Shards = cfg.shardsFor(state)
-	if cfg.Shards != a.Shards || cfg.table() != a.Table || !reflect.DeepEqual(buildGlobals(state, cfg), a.Globals) {
+	if cfg.Shards != a.Shards || cfg.table() != a.Table || !reflect.DeepEqual(buildGlobals(state, cfg, classUseOf(a.elems)), a.Globals) {
 		return nil, false
 	}
 	keys := map[core.PortKey]struct{}{}
@@ -373,6 +373,15 @@ func (b *Backend) syncPartial(ctx context.Context, state *core.NodeState, change
 	}
 	b.logSkipped(skipped)
 	plan := planPartial(b.applied, ports)
+	if was, now := classUseOf(b.applied.elems), plan.classUse(b.applied); was != now {
+		// A class comes into use or goes out of it: its objects are added
+		// or deleted in the same batch, the rest of the layout staying as
+		// it is (when it would not, the full sync rewrites it).
+		if !reflect.DeepEqual(buildGlobals(state, cfg, was), b.applied.Globals) {
+			return b.syncFull(ctx, state)
+		}
+		plan.reclass(b.applied, buildGlobals(state, cfg, now), was, now)
+	}
 	if plan.Overflow != "" {
 		b.log.WithFields(logrus.Fields{"set": plan.Overflow, "size": b.applied.sizes[plan.Overflow]}).
 			Info("the changes would fill a set beyond its declared size: full sync, which sizes the sets anew")

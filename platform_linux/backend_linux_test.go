@@ -202,14 +202,14 @@ func (f *fakeConntrack) ClearActivated(p []core.ActivatedPort) (int, error) {
 func (f *fakeConntrack) List(map[frontendKey]bool) ([]platform.Connection, error) { return nil, nil }
 
 // TestBatchOverManyChunks sends a full sync larger than several batch chunks
-// (about 3.5 MiB: 3,000 Services x 10 endpoints), then a batch whose refused
+// (about 2.9 MiB: 5,000 Services x 10 endpoints), then a batch whose refused
 // command lies in its last chunk: the first must program every rule, the
 // second must be refused as a whole, naming that command, with the table
 // unchanged. Both prove the chunks reach the kernel as one batch.
 func TestBatchOverManyChunks(t *testing.T) {
 	ns := testNS(t)
 	b := newTestBackend(t, ns)
-	st := scaleStateN(3000, 10)
+	st := scaleStateN(5000, 10)
 	if err := b.Sync(context.Background(), st, core.Changes{Full: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -219,11 +219,11 @@ func TestBatchOverManyChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	if chunks, size := enc.all(); len(chunks) < 3 || size < 2*batchChunk {
-		t.Fatalf("a full sync of 3,000 Services encoded to %d bytes in %d chunks; the test needs several", size, len(chunks))
+		t.Fatalf("a full sync of 5,000 Services encoded to %d bytes in %d chunks; the test needs several", size, len(chunks))
 	}
 	ruleset := nftIn(t, ns, "list", "ruleset")
-	if n := strings.Count(ruleset, " . 8080"); n != 30000 {
-		t.Fatalf("%d endpoint elements programmed, want 30,000 (%d commands sent)", n, full.Commands)
+	if n := strings.Count(ruleset, " . 8080"); n != 50000 {
+		t.Fatalf("%d endpoint elements programmed, want 50,000 (%d commands sent)", n, full.Commands)
 	}
 
 	// Write every endpoint element again, then refer to a missing chain at the end.

@@ -118,7 +118,9 @@ func TestMemSyncFullPartialAndRepair(t *testing.T) {
 
 	k := key("default", "web", "http", "TCP", "IPv4")
 	p := *st.Ports[k]
-	p.ClusterEndpoints = append(append([]core.Endpoint(nil), p.ClusterEndpoints...), ep("10.244.3.3", 8080, false))
+	// 10.244.1.5 replaced by 10.244.3.3: the count, and with it the
+	// class, stays (TestMemClassesComeAndGo has the changes of class).
+	p.ClusterEndpoints = append([]core.Endpoint{ep("10.244.3.3", 8080, false)}, p.ClusterEndpoints[1:]...)
 	st.Ports[k] = &p
 	gone := key("default", "empty", "", "TCP", "IPv4")
 	delete(st.Ports, gone)
@@ -128,13 +130,13 @@ func TestMemSyncFullPartialAndRepair(t *testing.T) {
 	if s.Full || s.Commands == 0 || m.commands-before != s.Commands {
 		t.Fatalf("want a partial sync whose commands reach the kernel, got %+v (%d commands applied)", s, m.commands-before)
 	}
-	// A new endpoint and a removed Service are a few element commands, far
-	// fewer than the full sync's.
+	// A replaced endpoint and a removed Service are a few element
+	// commands, far fewer than the full sync's.
 	if s.Commands > 12 {
-		t.Errorf("partial sync sent %d commands for one endpoint added and one port removed", s.Commands)
+		t.Errorf("partial sync sent %d commands for one endpoint replaced and one port removed", s.Commands)
 	}
 	got = m.Dump()
-	if !strings.Contains(got, "10.96.0.10 . tcp . 80 . 0x00000002 : 10.244.3.3 . 8080") || !strings.Contains(got, "10.244.3.3 . 10.244.3.3") {
+	if !strings.Contains(got, "10.96.0.10 . tcp . 80 . 0x00000000 : 10.244.3.3 . 8080") || !strings.Contains(got, "10.244.3.3 . 10.244.3.3") {
 		t.Errorf("partial sync not applied:\n%s", got)
 	}
 	if strings.Contains(got, "default/empty") || strings.Contains(got, "10.96.0.30") {
@@ -488,11 +490,11 @@ func TestMemPeriodicFullSyncIsADiff(t *testing.T) {
 
 	k := key("default", "web", "http", "TCP", "IPv4")
 	p := *st.Ports[k]
-	p.ClusterEndpoints = append(append([]core.Endpoint(nil), p.ClusterEndpoints...), ep("10.244.3.3", 8080, false))
+	p.ClusterEndpoints = append([]core.Endpoint{ep("10.244.3.3", 8080, false)}, p.ClusterEndpoints[1:]...) // one endpoint moved
 	st.Ports[k] = &p
 	memSync(t, b, st, core.Changes{Full: true})
 	if s := b.LastSync(); !s.AsDiff || s.Commands == 0 || s.Commands > 8 {
-		t.Fatalf("a full sync after one endpoint more: %+v", s)
+		t.Fatalf("a full sync after one endpoint moved: %+v", s)
 	}
 	assertSameAsFull(t, m, st, b.cfg)
 
@@ -600,4 +602,63 @@ func TestMemPartialSyncThatOutgrowsASetIsAFullSync(t *testing.T) {
 		t.Fatalf("%d full syncs, want 2", fulls)
 	}
 	assertSameAsFull(t, m, &st, b.cfg)
+}
+
+// TestMemClassesComeAndGo: a pick class exists only while a frontend is in
+// it. Three Services with one endpoint each have class 1 alone; a second
+// endpoint for one of them brings class 2's set, map and draw chain in the
+// same partial batch as its elements, and taking it away again deletes
+// them; after each step the tables are a full sync's, and a periodic full
+// sync after the changes of class is still a diff that sends nothing.
+func TestMemClassesComeAndGo(t *testing.T) {
+	b, m := newMemBackend(t, Config{})
+	st := scaleStateN(3, 1)
+	memSync(t, b, st, core.Changes{Full: true})
+	s := shared(v1.IPv4Protocol)
+	has := func(c int) bool {
+		tb := m.tables["crossproxy"]
+		ch, set, emap := tb.chains[s.pickClass[pathMain][c]], tb.sets[s.classes[pathMain][c].Name], tb.sets[s.endpoints[pathMain][c].Name]
+		if (ch == nil) != (set == nil) || (set == nil) != (emap == nil) {
+			t.Fatalf("class %d half there: chain %v, set %v, map %v", 1<<c, ch != nil, set != nil, emap != nil)
+		}
+		return ch != nil
+	}
+	for c := 0; c <= pickClassBits; c++ {
+		if has(c) != (c == 0) {
+			t.Fatalf("after the full sync of three one-endpoint Services class %d exists: %v", 1<<c, has(c))
+		}
+	}
+	if n := strings.Count(m.Dump(), "numgen random"); n != 1 {
+		t.Fatalf("%d draw rules for class 1 alone, want 1", n)
+	}
+
+	var k core.PortKey
+	for k = range st.Ports {
+		break
+	}
+	one := st.Ports[k]
+	two := *one
+	two.ClusterEndpoints = append(slices.Clone(one.ClusterEndpoints), ep("10.255.0.9", 8080, false))
+	st.Ports[k] = &two
+	memSync(t, b, st, core.Changes{Ports: map[core.PortKey]struct{}{k: {}}})
+	if sy := b.LastSync(); sy.Full || !has(1) || !has(0) {
+		t.Fatalf("a second endpoint: class 2 %v, class 1 %v, %+v", has(1), has(0), sy)
+	}
+	if n := b.LastSync().Commands; n > 3+pickAttempts+1+1+4+8 {
+		t.Errorf("bringing class 2 in sent %d commands", n)
+	}
+	assertSameAsFull(t, m, st, b.cfg)
+
+	st.Ports[k] = one
+	memSync(t, b, st, core.Changes{Ports: map[core.PortKey]struct{}{k: {}}})
+	if sy := b.LastSync(); sy.Full || has(1) || !has(0) {
+		t.Fatalf("the second endpoint gone: class 2 %v, class 1 %v, %+v", has(1), has(0), sy)
+	}
+	assertSameAsFull(t, m, st, b.cfg)
+
+	commits := m.commits
+	memSync(t, b, st, core.Changes{Full: true})
+	if sy := b.LastSync(); !sy.AsDiff || sy.Commands != 0 || m.commits != commits {
+		t.Fatalf("a periodic full sync after the changes of class: %+v", sy)
+	}
 }

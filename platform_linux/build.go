@@ -252,11 +252,13 @@ type fullBuild struct {
 	dets    detects
 	// main is the main table's content once tables has yielded it.
 	main *tableContent
+	// tally counts the shared-map ports' elements per set (tallyShared).
+	tally map[string]int
 }
 
 func newFullBuild(state *core.NodeState, cfg Config) *fullBuild {
 	cfg.Shards = cfg.shardsFor(state)
-	f := &fullBuild{state: state, cfg: cfg, table: cfg.table(), globals: buildGlobals(state, cfg),
+	f := &fullBuild{state: state, cfg: cfg, table: cfg.table(),
 		keys: make([]core.PortKey, 0, len(state.Ports)), shards: make([][]int32, cfg.Shards), dets: detects{}}
 	for k := range state.Ports {
 		f.keys = append(f.keys, k)
@@ -278,6 +280,15 @@ func newFullBuild(state *core.NodeState, cfg Config) *fullBuild {
 		kept = append(kept, k)
 	}
 	f.keys = kept
+	// The shared-map ports' elements per set, before anything is built:
+	// the classes in use shape the main table's chains, and the endpoint
+	// maps are declared sized by these counts (sizes.go).
+	f.tally = map[string]int{}
+	for _, j := range f.mapped {
+		k := f.keys[j]
+		tallyShared(state.Ports[k], f.dets.of(state, k.Family), f.cfg, f.tally)
+	}
+	f.globals = buildGlobals(state, cfg, classUseOf(f.tally))
 	return f
 }
 
@@ -354,9 +365,8 @@ func (f *fullBuild) tables(record func(*portObjects)) iter.Seq[*tableContent] {
 		main := mainContent(f.table, f.globals)
 		f.shared().fill(main)
 		main.Counts = elementCounts(main)
-		for _, j := range f.mapped {
-			k := f.keys[j]
-			tallyShared(f.state.Ports[k], f.dets.of(f.state, k.Family), f.cfg, main.Counts)
+		for n, c := range f.tally {
+			main.Counts[n] += c
 		}
 		f.main = main
 		main.Shared = func(yield func([]sharedElem) bool) {
@@ -405,7 +415,7 @@ func (d detects) of(state *core.NodeState, f v1.IPFamily) *core.FamilyLocalDetec
 // dstnat+1: it only sees packets no shard translated) and the shared sets;
 // every shard dispatches its own frontends and has its own helper chains,
 // since a jump cannot leave its table.
-func buildGlobals(state *core.NodeState, cfg Config) *globals {
+func buildGlobals(state *core.NodeState, cfg Config, use classUse) *globals {
 	g := &globals{Families: append([]v1.IPFamily(nil), state.Families...)}
 	if len(g.Families) == 0 {
 		g.Families = []v1.IPFamily{v1.IPv4Protocol}
@@ -449,8 +459,9 @@ func buildGlobals(state *core.NodeState, cfg Config) *globals {
 	for _, f := range g.Families {
 		s := shared(f)
 		mapDispatch = append(mapDispatch, s.dispatchRule())
-		g.Chains = append(g.Chains, s.chains(state.LocalDetect[f])...)
+		g.Chains = append(g.Chains, s.chains(state.LocalDetect[f], use)...)
 		g.Sets = append(g.Sets, s.sets...)
+		g.Sets = append(g.Sets, s.classSets(use)...)
 	}
 	g.Chains = append(g.Chains,
 		&Chain{Name: chainDispatchPrerouting, Hook: &hook{"nat", "prerouting", priorityDstNAT}, Rules: mapDispatch},

@@ -143,15 +143,57 @@ func newSharedSets(f v1.IPFamily) *sharedSets {
 			s.classes[p][c] = keys(pre + "pick-" + m + "-frontends")
 			s.endpoints[p][c] = Set{Name: pre + "endpoints-" + v + "-" + m, Family: f, Kind: SetEndpoints}
 			s.pickClass[p][c] = pre + "pick-" + v + "-" + m
-			s.sets = append(s.sets, s.classes[p][c], s.endpoints[p][c])
 		}
 	}
 	return s
 }
 
-// chains builds the family's fixed chains; det is its local detection.
-func (s *sharedSets) chains(det core.FamilyLocalDetect) []*Chain {
+// classUse says which pick classes the shared-map frontends use, per family
+// and path: bit c of use[family][path] is class 1<<c. A class exists in the
+// ruleset (its frontend set, endpoint map and draw chain, and its rule in
+// the pick chain) only while a frontend is in it: a node with a few
+// Services has a few classes' 33 draws instead of all 13 classes' 429 per
+// path and family, which is most of what a full sync of a small ruleset
+// writes (the repair after a firewall reload, test/results/faults.md).
+type classUse [2][2]uint16
+
+// classUseOf is the use that element counts per set name show.
+func classUseOf(counts map[string]int) classUse {
+	var u classUse
+	for fi, s := range sharedByFamily {
+		for _, p := range []pickPath{pathMain, pathCluster} {
+			for c := 0; c <= pickClassBits; c++ {
+				if counts[s.classes[p][c].Name] > 0 {
+					u[fi][p] |= 1 << c
+				}
+			}
+		}
+	}
+	return u
+}
+
+// has reports whether class c of family index fi is used on path p.
+func (u classUse) has(fi int, p pickPath, c int) bool { return u[fi][p]&(1<<c) != 0 }
+
+// classSets are the family's sets and maps of the classes in use.
+func (s *sharedSets) classSets(use classUse) []Set {
+	fi := familyIndex(s.fam)
+	var out []Set
+	for _, p := range []pickPath{pathMain, pathCluster} {
+		for c := 0; c <= pickClassBits; c++ {
+			if use.has(fi, p, c) {
+				out = append(out, s.classes[p][c], s.endpoints[p][c])
+			}
+		}
+	}
+	return out
+}
+
+// chains builds the family's chains; det is its local detection, use the
+// classes in use.
+func (s *sharedSets) chains(det core.FamilyLocalDetect, use classUse) []*Chain {
 	f := s.fam
+	fi := familyIndex(f)
 	fe := func(set Set) matchFrontend { return matchFrontend{Family: f, Set: set.Name} }
 	jump := func(c string) Verdict { return Verdict{Kind: verdictJump, Chain: c} }
 	gotoC := func(c string) Verdict { return Verdict{Kind: verdictGoto, Chain: c} }
@@ -185,6 +227,9 @@ func (s *sharedSets) chains(det core.FamilyLocalDetect) []*Chain {
 			{fe(s.reject[p]), gotoC(chainReject)},
 		}
 		for c := 0; c <= pickClassBits; c++ {
+			if !use.has(fi, p, c) {
+				continue
+			}
 			pick = append(pick, Rule{fe(s.classes[p][c]), gotoC(s.pickClass[p][c])})
 			m := uint32(1) << c
 			em := s.endpoints[p][c].Name

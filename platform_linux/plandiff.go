@@ -23,6 +23,75 @@ type partialPlan struct {
 	// batch must not be sent then: a full sync sizes the sets anew).
 	elems    map[string]int
 	Overflow string
+	// globals, sized and gone are what reclass changes of the layout:
+	// the new globals, the endpoint maps it declares (with their sizes)
+	// and the sets it deletes.
+	globals *globals
+	sized   map[string]uint32
+	gone    []string
+}
+
+// classUse is the class use after the plan (a: the Applied state it was
+// planned from).
+func (p *partialPlan) classUse(a *applied) classUse {
+	after := make(map[string]int, len(p.elems))
+	for n, d := range p.elems {
+		after[n] = a.elems[n] + d
+	}
+	for n, c := range a.elems {
+		if _, ok := p.elems[n]; !ok {
+			after[n] = c
+		}
+	}
+	return classUseOf(after)
+}
+
+// reclass adds to the batch the objects of the classes that come into use
+// (was -> now) before its elements go in, and deletes those of the classes
+// left unused after theirs are gone; each changed pick chain is flushed and
+// filled again with a rule per class in use. g is the layout with now's
+// classes.
+func (p *partialPlan) reclass(a *applied, g *globals, was, now classUse) {
+	chains := make(map[string]*Chain, len(g.Chains))
+	for _, c := range g.Chains {
+		chains[c.Name] = c
+	}
+	t := a.Table
+	fill := func(ops []Op, c *Chain) []Op {
+		for _, r := range c.Rules {
+			ops = append(ops, addRuleOp{Table: t, Chain: c, Rule: r})
+		}
+		return ops
+	}
+	var pre, post []Op
+	p.sized = map[string]uint32{}
+	for fi, s := range sharedByFamily {
+		for _, path := range []pickPath{pathMain, pathCluster} {
+			if was[fi][path] == now[fi][path] {
+				continue
+			}
+			for c := 0; c <= pickClassBits; c++ {
+				switch {
+				case now.has(fi, path, c) && !was.has(fi, path, c):
+					m := s.endpoints[path][c]
+					m.Size = setSize(a.elems[m.Name] + p.elems[m.Name])
+					p.sized[m.Name] = m.Size
+					ch := chains[s.pickClass[path][c]]
+					pre = append(pre, addSetOp{Table: t, Set: s.classes[path][c]}, addSetOp{Table: t, Set: m}, addChainOp{Table: t, Chain: ch})
+					pre = fill(pre, ch)
+				case was.has(fi, path, c) && !now.has(fi, path, c):
+					ch := &Chain{Name: s.pickClass[path][c]}
+					post = append(post, flushChainOp{Table: t, Chain: ch}, delChainOp{Table: t, Chain: ch},
+						delSetOp{Table: t, Set: s.endpoints[path][c]}, delSetOp{Table: t, Set: s.classes[path][c]})
+					p.gone = append(p.gone, s.endpoints[path][c].Name, s.classes[path][c].Name)
+				}
+			}
+			pick := chains[s.pick[path]]
+			pre = fill(append(pre, flushChainOp{Table: t, Chain: pick}), pick)
+		}
+	}
+	p.Batch.Ops = append(append(pre, p.Batch.Ops...), post...)
+	p.globals = g
 }
 
 // commit records the plan in a (the Applied state it was planned from), after
@@ -41,6 +110,16 @@ func (p *partialPlan) commit(a *applied) {
 		if a.elems != nil {
 			a.elems[n] += d
 		}
+	}
+	if p.globals != nil {
+		a.Globals = p.globals
+	}
+	for n, size := range p.sized {
+		a.sizes[n] = size
+	}
+	for _, n := range p.gone {
+		delete(a.sizes, n)
+		delete(a.elems, n)
 	}
 }
 
