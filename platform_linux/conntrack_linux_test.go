@@ -201,3 +201,27 @@ func readCTMax(t testing.TB) int {
 	}
 	return n
 }
+
+// TestSyncSaysConntrackFullOnce: the backend checks the table at every
+// sync, partial or full, and tells its reporter once per episode however
+// many syncs find it full.
+func TestSyncSaysConntrackFullOnce(t *testing.T) {
+	b, _ := newMemBackend(t, Config{})
+	var got fullReports
+	b.ctFull.report = &got
+	s := &fakeSysctl{vals: map[string]string{sysctlConntrackCount: "10", sysctlConntrackMax: "262144"}}
+	b.sysctl = s
+	st := testState(t)
+	memSync(t, b, st, core.Changes{Full: true})
+	s.vals[sysctlConntrackCount] = "262144"
+	for range 3 {
+		memSync(t, b, st, core.Changes{})
+	}
+	memSync(t, b, st, core.Changes{Full: true})
+	s.vals[sysctlConntrackCount] = "1000"
+	memSync(t, b, st, core.Changes{})
+	memSync(t, b, st, core.Changes{})
+	if len(got) != 2 || !got[0] || got[1] {
+		t.Errorf("reports %v over six syncs of one episode, want [true false]", got)
+	}
+}
