@@ -205,6 +205,7 @@ type BackendConfig struct {
 	Repairs RepairCounter
 	// Conntrack is told when the node's connection tracking table fills
 	// up and when it has room again (a metric); nil when nothing counts it.
+	// Only the Linux backend has such a table to watch.
 	Conntrack ConntrackReporter
 	// Notifier receives the features HNS cannot express for a Service, for
 	// Events on it (platform/events.Recorder); nil when no API server is
