@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"github.com/ti-mo/conntrack"
 	"golang.org/x/sys/unix"
 
@@ -223,5 +224,25 @@ func TestSyncSaysConntrackFullOnce(t *testing.T) {
 	memSync(t, b, st, core.Changes{})
 	if len(got) != 2 || !got[0] || got[1] {
 		t.Errorf("reports %v over six syncs of one episode, want [true false]", got)
+	}
+}
+
+// BenchmarkConntrackCheck is the cost the full-table check adds to each
+// sync: two reads of /proc/sys in the backend's namespace.
+func BenchmarkConntrackCheck(b *testing.B) {
+	ns := testNS(b)
+	h, err := openNetNS("/run/netns/" + ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = h.close() })
+	s := procSysctl{ns: h}
+	log := logrus.New()
+	var w conntrackWatch
+	for b.Loop() {
+		w.check(s, log)
+	}
+	if w.unreadable {
+		b.Fatal("the table's size could not be read")
 	}
 }
