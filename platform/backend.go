@@ -203,6 +203,10 @@ type BackendConfig struct {
 	// Repairs counts objects found changed or gone behind the proxy's back
 	// and put back (a metric); nil when nothing counts them.
 	Repairs RepairCounter
+	// Conntrack is told when the node's connection tracking table fills
+	// up and when it has room again (a metric); nil when nothing counts it.
+	// Only the Linux backend has such a table to watch.
+	Conntrack ConntrackReporter
 	// Notifier receives the features HNS cannot express for a Service, for
 	// Events on it (platform/events.Recorder); nil when no API server is
 	// followed (standalone mode).
@@ -214,6 +218,14 @@ type BackendConfig struct {
 // drift behind the proxy's back shows in its metrics.
 type RepairCounter interface {
 	Repaired(object string, n int)
+}
+
+// ConntrackReporter is told when the node's connection tracking table
+// becomes full (true) and when it has room again (false), once per episode:
+// while it is full the kernel drops new connections to every Service, with
+// the rules intact, and only a metric makes that visible to an alert.
+type ConntrackReporter interface {
+	ConntrackFull(full bool)
 }
 
 // Notifier is told about Service features a data plane cannot express, so

@@ -43,6 +43,8 @@ type Backend struct {
 	sysctl  sysctl
 	// Conntrack cleans up and lists connections; replaceable in tests.
 	conntrack conntracker
+	// ctFull reports a full conntrack table, once per episode.
+	ctFull conntrackWatch
 
 	// closed is set by Close: the namespace handle and socket are gone, and
 	// every operation fails instead of running in the current namespace.
@@ -120,6 +122,7 @@ func New(cfg platform.BackendConfig, log logrus.FieldLogger) (*Backend, error) {
 	b.k = &netlinkKernel{ns: ns, conn: b.batches, encoder: b.encoder}
 	b.sysctl = procSysctl{ns: ns}
 	b.conntrack = &netlinkConntrack{ns: ns}
+	b.ctFull = conntrackWatch{report: cfg.Conntrack}
 	return b, nil
 }
 
@@ -203,6 +206,7 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 		b.checkSysctls(state.Families)
 		b.sysctlChecked = true
 	}
+	b.ctFull.check(b.sysctl, b.log)
 	var err error
 	if changes.Full || b.applied == nil {
 		if keys, ok := b.fullAsDiff(state); ok {
@@ -221,22 +225,7 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 	}
 	// Conntrack cleanup only once the new rules are in force; the caller
 	// hands a failed sync's cleanup to the next one (platform.Backend).
-	if stale := changes.StaleUDP; len(stale) > 0 {
-		n, cerr := b.conntrack.ClearStale(stale)
-		if cerr != nil {
-			b.log.WithError(cerr).Warn("clear conntrack entries of removed UDP endpoints")
-		} else if n > 0 {
-			b.log.WithField("entries", n).Debug("cleared conntrack entries of removed UDP endpoints")
-		}
-	}
-	if act := changes.ActivatedUDP; len(act) > 0 {
-		n, cerr := b.conntrack.ClearActivated(act)
-		if cerr != nil {
-			b.log.WithError(cerr).Warn("clear conntrack entries made before UDP Services had endpoints")
-		} else if n > 0 {
-			b.log.WithField("entries", n).Debug("cleared conntrack entries made before UDP Services had endpoints")
-		}
-	}
+	b.clearConntrack(changes)
 	return nil
 }
 

@@ -1,10 +1,13 @@
 package nft
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/mdlayher/netlink"
+	"github.com/sirupsen/logrus"
 	"github.com/ti-mo/conntrack"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -24,6 +27,33 @@ type conntracker interface {
 	ClearActivated(ports []core.ActivatedPort) (int, error)
 	// List returns the tracked connections to the given frontends.
 	List(frontends map[frontendKey]bool) ([]platform.Connection, error)
+}
+
+// clearConntrack runs the UDP cleanup a sync's changes ask for, once the new
+// rules are in force: one dump of the table and the deletes it calls for per
+// kind, whatever the table holds (a full table is one pass over its
+// entries, not a retry). A failure is logged and not retried here: the
+// entries it left time out by themselves.
+func (b *Backend) clearConntrack(changes core.Changes) {
+	if stale := changes.StaleUDP; len(stale) > 0 {
+		start := time.Now()
+		n, err := b.conntrack.ClearStale(stale)
+		b.logCleared(n, err, time.Since(start), "removed UDP endpoints")
+	}
+	if act := changes.ActivatedUDP; len(act) > 0 {
+		start := time.Now()
+		n, err := b.conntrack.ClearActivated(act)
+		b.logCleared(n, err, time.Since(start), "UDP Services that got their first endpoints (entries made before)")
+	}
+}
+
+func (b *Backend) logCleared(n int, err error, took time.Duration, what string) {
+	l := b.log.WithFields(logrus.Fields{"entries": n, "took": took.String()})
+	if err != nil {
+		l.WithError(err).Warn("clear conntrack entries of " + what)
+		return
+	}
+	l.Debug("cleared conntrack entries of " + what)
 }
 
 // frontendKey is a protocol and destination as conntrack records them.
@@ -49,19 +79,6 @@ func (c *netlinkConntrack) dial() (*conntrack.Conn, error) {
 		return nil, fmt.Errorf("open conntrack netlink socket: %w", err)
 	}
 	return conn, nil
-}
-
-func (c *netlinkConntrack) dump() (*conntrack.Conn, []conntrack.Flow, error) {
-	conn, err := c.dial()
-	if err != nil {
-		return nil, nil, err
-	}
-	flows, err := conn.Dump(nil)
-	if err != nil {
-		conn.Close()
-		return nil, nil, fmt.Errorf("dump conntrack table: %w", err)
-	}
-	return conn, flows, nil
 }
 
 func (c *netlinkConntrack) ClearStale(stale []core.StaleEndpoint) (int, error) {
@@ -112,32 +129,37 @@ func udpFrontend(f core.Frontend) frontendKey {
 }
 
 // deleteUDP deletes the UDP entries for which drop(original destination,
-// reply source) is true and counts them; it goes on past a failed delete
+// reply source) is true and counts them: one pass over the table, which
+// keeps only the entries to delete (a full table of 262,144 entries is not
+// held in memory), then one delete each. An entry gone in between (expired,
+// deleted by someone else) is not counted; it goes on past a failed delete
 // and returns the first error.
 func (c *netlinkConntrack) deleteUDP(drop func(front frontendKey, reply netip.AddrPort) bool) (int, error) {
-	conn, flows, err := c.dump()
+	var doomed []ctEntry
+	err := c.each(func(e *ctEntry) {
+		if e.proto == unix.IPPROTO_UDP && drop(frontendKey{unix.IPPROTO_UDP, e.orig.dst}, e.reply.src) {
+			doomed = append(doomed, *e)
+		}
+	})
+	if err != nil || len(doomed) == 0 {
+		return 0, err
+	}
+	conn, err := c.dial()
 	if err != nil {
 		return 0, err
 	}
 	defer conn.Close()
 	n := 0
 	var firstErr error
-	for _, f := range flows {
-		if f.TupleOrig.Proto.Protocol != unix.IPPROTO_UDP {
-			continue
+	for _, e := range doomed {
+		err := conn.Delete(e.flow())
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, unix.ENOENT):
+		case firstErr == nil:
+			firstErr = fmt.Errorf("delete conntrack entry %s -> %s: %w", e.orig.dst, e.reply.src, err)
 		}
-		front := frontendKey{unix.IPPROTO_UDP, netip.AddrPortFrom(f.TupleOrig.IP.DestinationAddress.Unmap(), f.TupleOrig.Proto.DestinationPort)}
-		reply := netip.AddrPortFrom(f.TupleReply.IP.SourceAddress.Unmap(), f.TupleReply.Proto.SourcePort)
-		if !drop(front, reply) {
-			continue
-		}
-		if err := conn.Delete(f); err != nil {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("delete conntrack entry %s -> %s: %w", front.Dst, reply, err)
-			}
-			continue
-		}
-		n++
 	}
 	return n, firstErr
 }
@@ -145,36 +167,33 @@ func (c *netlinkConntrack) deleteUDP(drop func(front frontendKey, reply netip.Ad
 var protoNames = map[uint8]v1.Protocol{unix.IPPROTO_TCP: v1.ProtocolTCP, unix.IPPROTO_UDP: v1.ProtocolUDP, unix.IPPROTO_SCTP: v1.ProtocolSCTP}
 
 func (c *netlinkConntrack) List(frontends map[frontendKey]bool) ([]platform.Connection, error) {
-	conn, flows, err := c.dump()
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
 	var out []platform.Connection
-	for _, f := range flows {
-		o, r := f.TupleOrig, f.TupleReply
-		k := frontendKey{o.Proto.Protocol, netip.AddrPortFrom(o.IP.DestinationAddress.Unmap(), o.Proto.DestinationPort)}
+	err := c.each(func(e *ctEntry) {
+		k := frontendKey{e.proto, e.orig.dst}
 		if !frontends[k] {
-			continue
+			return
 		}
 		state := ""
-		if o.Proto.Protocol == unix.IPPROTO_TCP {
-			state = tcpStates[f.ProtoInfo.TCP.State]
+		if e.proto == unix.IPPROTO_TCP {
+			state = tcpStates[e.tcpState]
 		}
 		if state == "" {
-			if f.Status.SeenReply() {
+			if e.status&ipsSeenReply != 0 {
 				state = "replied"
 			} else {
 				state = "unreplied"
 			}
 		}
 		out = append(out, platform.Connection{
-			Protocol: protoNames[o.Proto.Protocol],
-			Client:   netip.AddrPortFrom(o.IP.SourceAddress.Unmap(), o.Proto.SourcePort),
+			Protocol: protoNames[e.proto],
+			Client:   e.orig.src,
 			Frontend: k.Dst,
-			Endpoint: netip.AddrPortFrom(r.IP.SourceAddress.Unmap(), r.Proto.SourcePort),
+			Endpoint: e.reply.src,
 			State:    state,
 		})
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

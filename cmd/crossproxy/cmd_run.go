@@ -137,8 +137,9 @@ func (ro *runOptions) run(ctx context.Context) error {
 		defer ro.kube.events.Shutdown()
 	}
 	nodeSourceVIP(ctx, ro.kube.client, ro.nodeName, &ro.backend, log)
-	// The backend counts drift it repairs in the metrics served later.
-	ro.backend.Repairs = ro.kube.metrics
+	// The backend counts drift it repairs, and a full conntrack table, in
+	// the metrics served later.
+	ro.backend.Repairs, ro.backend.Conntrack = ro.kube.metrics, ro.kube.metrics
 	backend, err = newBackend(ro.backend, log)
 	if err != nil {
 		return fmt.Errorf("start backend: %w", err)

@@ -40,6 +40,8 @@ type Metrics struct {
 	Problems            *prometheus.GaugeVec
 	Repairs             *prometheus.CounterVec
 	OtherProxies        *prometheus.GaugeVec
+	ConntrackFullNow    prometheus.Gauge
+	ConntrackFullTimes  prometheus.Counter
 
 	now func() time.Time
 	// otherNames are the other proxies ever reported, whose gauge drops to
@@ -110,9 +112,17 @@ func New() *Metrics {
 		Name: "crossproxy_other_proxy_detected",
 		Help: "1 while another Service proxy (kube-proxy's tables or chains) programs this node beside crossproxy, 0 once it is gone, by proxy"}, []string{"proxy"})
 
+	m.ConntrackFullNow = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "crossproxy_conntrack_table_full",
+		Help: "1 while the node's conntrack table is full (the kernel drops new connections to every Service), 0 once it has room again"})
+	m.ConntrackFullTimes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "crossproxy_conntrack_table_full_episodes_total",
+		Help: "Times the node's conntrack table was found full"})
+
 	m.Registry.MustRegister(m.SyncDuration, m.SyncFullDuration, m.SyncPartialDuration, m.NetworkProgramming,
 		m.LastSync, m.LastQueued, m.ServiceChanges, m.EndpointChanges, m.NoLocalEndpoints,
 		m.Programmed, m.SyncFailures, m.Problems, m.Repairs, m.OtherProxies,
+		m.ConntrackFullNow, m.ConntrackFullTimes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, p := range []string{"internal", "external"} {
 		m.NoLocalEndpoints.WithLabelValues(p)
@@ -132,6 +142,17 @@ func (m *Metrics) Handler() http.Handler {
 // found drifted and put back.
 func (m *Metrics) Repaired(object string, n int) {
 	m.Repairs.WithLabelValues(object).Add(float64(n))
+}
+
+// ConntrackFull implements platform.ConntrackReporter: the conntrack table
+// became full (an episode begins) or has room again.
+func (m *Metrics) ConntrackFull(full bool) {
+	if full {
+		m.ConntrackFullNow.Set(1)
+		m.ConntrackFullTimes.Inc()
+		return
+	}
+	m.ConntrackFullNow.Set(0)
 }
 
 // Queued records that a sync was queued (platform.Runner.OnQueued).

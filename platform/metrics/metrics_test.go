@@ -187,3 +187,20 @@ func TestOtherProxyGauge(t *testing.T) {
 		t.Errorf("after kube-proxy is gone: %v, want 0", got)
 	}
 }
+
+// TestConntrackFull: the gauge is 1 during an episode and 0 after it; the
+// counter counts episodes.
+func TestConntrackFull(t *testing.T) {
+	m := New()
+	var r platform.ConntrackReporter = m
+	r.ConntrackFull(true)
+	if now, times := value(t, m.ConntrackFullNow), value(t, m.ConntrackFullTimes); now != 1 || times != 1 {
+		t.Errorf("in the first episode: gauge %v, episodes %v; want 1, 1", now, times)
+	}
+	r.ConntrackFull(false)
+	r.ConntrackFull(true)
+	r.ConntrackFull(false)
+	if now, times := value(t, m.ConntrackFullNow), value(t, m.ConntrackFullTimes); now != 0 || times != 2 {
+		t.Errorf("after two episodes: gauge %v, episodes %v; want 0, 2", now, times)
+	}
+}
