@@ -122,7 +122,7 @@ func New(cfg platform.BackendConfig, log logrus.FieldLogger) (*Backend, error) {
 	b.k = &netlinkKernel{ns: ns, conn: b.batches, encoder: b.encoder}
 	b.sysctl = procSysctl{ns: ns}
 	b.conntrack = &netlinkConntrack{ns: ns}
-	b.ctFull = conntrackWatch{report: cfg.Conntrack}
+	b.ctFull = conntrackWatch{report: cfg.Conntrack, every: conntrackCheckEvery}
 	return b, nil
 }
 
@@ -206,7 +206,9 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 		b.checkSysctls(state.Families)
 		b.sysctlChecked = true
 	}
-	b.ctFull.check(b.sysctl, b.log)
+	if b.ctFull.due(time.Now()) {
+		b.ctFull.check(b.sysctl, b.log)
+	}
 	var err error
 	if changes.Full || b.applied == nil {
 		if keys, ok := b.fullAsDiff(state); ok {

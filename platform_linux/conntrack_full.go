@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -33,8 +34,9 @@ const conntrackRoomPercent = 95
 // full, dropping packet" in the kernel log), so every Service of the node
 // stops taking new connections while its rules are intact: an operator who
 // looks only at the proxy would otherwise see nothing wrong. The check is two
-// reads of /proc/sys in the namespace, made at each sync (and so at each
-// periodic drift check, which always syncs), never in a loop of its own.
+// reads of /proc/sys in the namespace, made with a sync (and so at each
+// periodic drift check, which always syncs) at most once a second, never in
+// a loop of its own.
 type conntrackWatch struct {
 	// report is told of each change, for the metrics; nil when nothing
 	// counts them.
@@ -43,6 +45,25 @@ type conntrackWatch struct {
 	// unreadable is set once the table's size could not be read (conntrack
 	// not loaded in this kernel), so that is logged once, not at each sync.
 	unreadable bool
+	// every spaces the checks (0: at every sync), checked is when the last
+	// one ran: a burst of endpoint changes syncs many times a second, and
+	// the two reads cost about as much as a partial sync's own work.
+	every   time.Duration
+	checked time.Time
+}
+
+// conntrackCheckEvery is how often the backend reads the table's size at
+// most: a full table is reported within a second of the first sync after it
+// filled.
+const conntrackCheckEvery = time.Second
+
+// due reports whether a check is due at now, and if so takes it.
+func (w *conntrackWatch) due(now time.Time) bool {
+	if w.every > 0 && !w.checked.IsZero() && now.Sub(w.checked) < w.every {
+		return false
+	}
+	w.checked = now
+	return true
 }
 
 // check reads the table's count and maximum and reports a change of state:

@@ -1,8 +1,10 @@
 package nft
 
 import (
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	logrustest "github.com/sirupsen/logrus/hooks/test"
@@ -79,5 +81,23 @@ func TestConntrackWatchUnreadable(t *testing.T) {
 	w.check(s, log)
 	if !w.full {
 		t.Error("count == max not reported full")
+	}
+}
+
+// TestConntrackCheckAtMostOncePerInterval: syncs in a burst read the
+// table's size once per interval, the first sync at once.
+func TestConntrackCheckAtMostOncePerInterval(t *testing.T) {
+	w := conntrackWatch{every: time.Second}
+	t0 := time.Date(2026, 12, 7, 16, 0, 0, 0, time.UTC)
+	var got []bool
+	for _, d := range []time.Duration{0, 10 * time.Millisecond, 999 * time.Millisecond, time.Second, 1500 * time.Millisecond, 2 * time.Second} {
+		got = append(got, w.due(t0.Add(d)))
+	}
+	if want := []bool{true, false, false, true, false, true}; !slices.Equal(got, want) {
+		t.Errorf("checks due %v, want %v", got, want)
+	}
+	every := conntrackWatch{}
+	if !every.due(t0) || !every.due(t0) {
+		t.Error("with no interval every sync must check")
 	}
 }
