@@ -198,7 +198,15 @@ func (r *Runner) Run(ctx context.Context) error {
 	var (
 		started  bool      // a first sync has been attempted
 		pending  bool      // a sync is wanted
-		lastSync time.Time // start of the last attempt
+		lastSync time.Time // start of the last attempt (see heldSince)
+		// heldSince is when the pending sync was first wanted. A sync that
+		// MinSyncPeriod held back counts as started when the period let it
+		// (lastSync + MinSyncPeriod), not when the timer woke: else each
+		// sync's wake-up latency pushes the next one back, and under changes
+		// arriving once per MinSyncPeriod, as a firewall that reloads every
+		// second, the lag grows with every sync (test/results/faults.md,
+		// fault 5). Syncs stay MinSyncPeriod apart on average.
+		heldSince time.Time
 		lastFull time.Time // start of the last successful full sync
 		retryAt  time.Time // when failing: not before this
 		failures int
@@ -240,6 +248,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		case <-r.trigger:
 			if !pending {
 				r.notifyQueued(r.clock.Now())
+				heldSince = r.clock.Now()
 			}
 			pending = true
 			if !timer.Stop() {
@@ -263,6 +272,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			if full || checkDue || !now.Before(lastSync.Add(r.cfg.SyncPeriod)) {
 				if !pending {
 					r.notifyQueued(now)
+					heldSince = now
 				}
 				pending = true
 			}
@@ -272,8 +282,13 @@ func (r *Runner) Run(ctx context.Context) error {
 		if !pending || (!checkDue && now.Before(lastSync.Add(r.cfg.MinSyncPeriod))) || now.Before(retryAt) {
 			continue
 		}
+		if gate := lastSync.Add(r.cfg.MinSyncPeriod); started && heldSince.Before(gate) && !now.Before(gate) &&
+			now.Sub(gate) < r.cfg.MinSyncPeriod/10 && retryAt.IsZero() {
+			lastSync = gate // held back by MinSyncPeriod: see heldSince
+		} else {
+			lastSync = now
+		}
 		started = true
-		lastSync = now
 		res := r.syncOnce(ctx, carry)
 		if res.Err != nil {
 			if ctx.Err() != nil {

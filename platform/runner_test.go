@@ -642,3 +642,37 @@ func TestRunnerRepairDoesNotCollectFirst(t *testing.T) {
 		t.Fatalf("repair: full=%v repair=%q, released %d times in all, want a full repair and one release after it (3)", res.Full, res.Repair, released)
 	}
 }
+
+// TestRunnerHeldSyncsKeepPace: changes arriving once per MinSyncPeriod (a
+// firewall that reloads every second) are each synced as soon as the period
+// lets them, though the timer wakes a little late every time (the fake clock
+// moves in 7 ms steps, so a timer due within a step fires at its end): the
+// lateness does not add up from sync to sync.
+func TestRunnerHeldSyncsKeepPace(t *testing.T) {
+	b := &fakeBackend{}
+	const period, step, changes = 100 * time.Millisecond, 7 * time.Millisecond, 40
+	r, _, fc := startRunner(t, RunnerConfig{MinSyncPeriod: period, SyncPeriod: time.Hour, FullSyncPeriod: time.Hour}, b)
+	r.Trigger()
+	advanceBy(t, fc, step, time.Second, syncsDone(b, 1))
+	start := fc.Now()
+	var triggered []time.Time
+	advanceBy(t, fc, step, (changes+2)*period, func() bool {
+		// A change once per period, at the first clock step past its time.
+		if len(triggered) < changes && !fc.Now().Before(start.Add(time.Duration(len(triggered)+1)*period)) {
+			triggered = append(triggered, fc.Now())
+			r.Trigger()
+		}
+		return false
+	})
+	_, times := b.snapshot()
+	if len(times) != changes+1 {
+		t.Fatalf("%d syncs for %d changes one period apart, want one each (and the first)", len(times)-1, changes)
+	}
+	worst := time.Duration(0)
+	for i, at := range triggered {
+		worst = max(worst, times[i+1].Sub(at))
+	}
+	if worst > 5*step { // a step or two of goroutine scheduling besides
+		t.Fatalf("a change waited up to %v for its sync; the timer's lateness (up to a %v step) must not add up over %d syncs", worst, step, changes)
+	}
+}
