@@ -207,10 +207,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		// second, the lag grows with every sync (test/results/faults.md,
 		// fault 5). Syncs stay MinSyncPeriod apart on average.
 		heldSince time.Time
-		lastFull time.Time // start of the last successful full sync
-		retryAt  time.Time // when failing: not before this
-		failures int
-		carry    core.Changes // conntrack cleanup a failed sync still owes
+		lastFull  time.Time // start of the last successful full sync
+		retryAt   time.Time // when failing: not before this
+		failures  int
+		carry     core.Changes // conntrack cleanup a failed sync still owes
 	)
 	timer := r.clock.NewTimer(time.Hour)
 	defer timer.Stop()
