@@ -157,13 +157,18 @@ func newSharedSets(f v1.IPFamily) *sharedSets {
 // writes (the repair after a firewall reload, test/results/faults.md).
 type classUse [2][2]uint16
 
-// classUseOf is the use that element counts per set name show.
-func classUseOf(counts map[string]int) classUse {
+// classUseOf is the use that element counts per set name show, summed over
+// counts (a record's counts and a plan's changes to them).
+func classUseOf(counts ...map[string]int) classUse {
 	var u classUse
 	for fi, s := range sharedByFamily {
 		for _, p := range []pickPath{pathMain, pathCluster} {
 			for c := 0; c <= pickClassBits; c++ {
-				if counts[s.classes[p][c].Name] > 0 {
+				n := 0
+				for _, m := range counts {
+					n += m[s.classes[p][c].Name]
+				}
+				if n > 0 {
 					u[fi][p] |= 1 << c
 				}
 			}

@@ -33,18 +33,7 @@ type partialPlan struct {
 
 // classUse is the class use after the plan (a: the Applied state it was
 // planned from).
-func (p *partialPlan) classUse(a *applied) classUse {
-	after := make(map[string]int, len(p.elems))
-	for n, d := range p.elems {
-		after[n] = a.elems[n] + d
-	}
-	for n, c := range a.elems {
-		if _, ok := p.elems[n]; !ok {
-			after[n] = c
-		}
-	}
-	return classUseOf(after)
-}
+func (p *partialPlan) classUse(a *applied) classUse { return classUseOf(a.elems, p.elems) }
 
 // reclass adds to the batch the objects of the classes that come into use
 // (was -> now) before its elements go in, and deletes those of the classes
