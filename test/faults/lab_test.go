@@ -4,8 +4,6 @@ package faults
 
 import (
 	"bufio"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"os/exec"
@@ -17,9 +15,7 @@ import (
 	"github.com/crossproxy/crossproxy/test/netnsrun"
 )
 
-// lab is a node as a kubeadm worker with a CNI bridge sees it, in three
-// network namespaces: the node, where the proxy runs and programs its rules,
-// a client on the node's network and a pod network behind the node.
+// lab is netnsrun's lab on 10.201: a kubeadm worker with a CNI bridge,
 //
 //	cli 10.201.1.2 ── 10.201.1.1 node 10.201.2.1 ── 10.201.2.2/.3/.4 pods
 //
@@ -27,10 +23,7 @@ import (
 // the API server is reached through a forwarder on the node's loopback
 // (apiForward), so that dropping the node's packets to it is a rule in the
 // node's own namespace.
-type lab struct {
-	id                 string
-	Node, Client, Back string
-}
+type lab struct{ *netnsrun.Lab }
 
 const (
 	nodeAddr   = "10.201.1.1"
@@ -40,48 +33,10 @@ const (
 // podAddrs are the pod network's addresses, one per backend "pod".
 var podAddrs = []string{"10.201.2.2", "10.201.2.3", "10.201.2.4"}
 
-func run(t testing.TB, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
+var run = netnsrun.Run
 
 // newLab creates the namespaces and deletes them when the test ends.
-func newLab(t testing.TB) *lab {
-	t.Helper()
-	buf := make([]byte, 3)
-	_, _ = rand.Read(buf)
-	id := hex.EncodeToString(buf)
-	l := &lab{id: id, Node: "xpf-" + id + "-node", Client: "xpf-" + id + "-cli", Back: "xpf-" + id + "-pod"}
-	t.Cleanup(func() {
-		for _, ns := range []string{l.Client, l.Back, l.Node} {
-			_ = exec.Command("ip", "netns", "del", ns).Run()
-		}
-	})
-	for _, ns := range []string{l.Node, l.Client, l.Back} {
-		run(t, "ip", "netns", "add", ns)
-		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	}
-	link := func(peer, nodeIf, nodeIP, peerIP string) {
-		run(t, "ip", "-n", l.Node, "link", "add", nodeIf, "type", "veth", "peer", "name", "eth0", "netns", peer)
-		run(t, "ip", "-n", l.Node, "addr", "add", nodeIP+"/24", "dev", nodeIf)
-		run(t, "ip", "-n", peer, "addr", "add", peerIP+"/24", "dev", "eth0")
-		run(t, "ip", "-n", l.Node, "link", "set", nodeIf, "up")
-		run(t, "ip", "-n", peer, "link", "set", "eth0", "up")
-		run(t, "ip", "-n", peer, "route", "add", "default", "via", nodeIP)
-	}
-	link(l.Client, "xpfc"+id, nodeAddr, clientAddr)
-	link(l.Back, "xpfp"+id, "10.201.2.1", podAddrs[0])
-	for _, a := range podAddrs[1:] {
-		run(t, "ip", "-n", l.Back, "addr", "add", a+"/24", "dev", "eth0")
-	}
-	run(t, "ip", "netns", "exec", l.Node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-	return l
-}
-
-// NetNS is the node namespace's path.
-func (l *lab) NetNS() string { return "/run/netns/" + l.Node }
+func newLab(t testing.TB) *lab { return &lab{netnsrun.NewLab(t, "xpf", "10.201")} }
 
 // nft runs nft in the node namespace.
 func (l *lab) nft(t testing.TB, args ...string) string {
@@ -97,41 +52,10 @@ func (l *lab) nft(t testing.TB, args ...string) string {
 // connection with "hello ADDR" and closes it.
 func (l *lab) servePods(t testing.TB, port int) {
 	t.Helper()
-	var ls []net.Listener
-	err := netnsrun.Do(l.Back, func() error {
-		for _, a := range podAddrs {
-			ln, err := net.Listen("tcp", net.JoinHostPort(a, fmt.Sprint(port)))
-			if err != nil {
-				return err
-			}
-			ls = append(ls, ln)
-		}
-		return nil
+	netnsrun.ServeTCP(t, l.Back, podAddrs, port, func(c net.Conn, addr string) {
+		fmt.Fprintf(c, "hello %s\n", addr)
+		c.Close()
 	})
-	if err != nil {
-		t.Fatalf("pod listeners: %v", err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		for _, ln := range ls {
-			ln.Close()
-		}
-		wg.Wait()
-	})
-	for i, ln := range ls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				fmt.Fprintf(c, "hello %s\n", podAddrs[i])
-				c.Close()
-			}
-		}()
-	}
 }
 
 // backendOf connects from the client namespace and returns the pod that

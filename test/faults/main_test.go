@@ -24,22 +24,7 @@ import (
 // binary is the crossproxy built for this run.
 var binary string
 
-func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "fault tests need root (network namespaces)")
-		os.Exit(1)
-	}
-	var dir string
-	var err error
-	binary, dir, err = harness.BuildCrossproxy("xpf-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { harness.MainWithCrossproxy(m, "fault tests", "xpf-bin-", &binary) }
 
 // loadavg is the host's load average, recorded with every figure.
 func loadavg() string {

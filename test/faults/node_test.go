@@ -69,7 +69,7 @@ func newNode(t testing.TB, opts harness.Options) *node {
 	t.Helper()
 	n := &node{t: t, api: harness.New(t, opts), lab: newLab(t), ctx: context.Background()}
 	n.admin = kubernetes.NewForConfigOrDie(n.api.AdminConfig())
-	n.name = "xpf-node-" + n.lab.id
+	n.name = "xpf-node-" + n.lab.ID
 	n.client = httpClientIn(n.lab.Node)
 	no, err := n.admin.CoreV1().Nodes().Create(n.ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}}, metav1.CreateOptions{})
 	if err != nil {
@@ -277,30 +277,11 @@ func (n *node) start(which string, extra ...string) *proc {
 			"--metrics-bind-address", metricsAddr,
 		}, extra...)
 	case kubeProxy:
-		path := kubeProxyBinary()
+		path := harness.KubeProxyBinary()
 		if path == "" {
 			n.t.Skip("no kube-proxy binary in ${CROSSPROXY_CLUSTER_BIN_DIR:-~/.cache/crossproxy/cluster-bin}: run `make cluster-bin`")
 		}
-		cfg := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-mode: nftables
-hostnameOverride: %s
-clientConnection:
-  kubeconfig: %s
-healthzBindAddress: %s
-metricsBindAddress: %s
-nftables:
-  minSyncPeriod: 1s
-  syncPeriod: 30s
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-  udpTimeout: 0s
-  udpStreamTimeout: 0s
-oomScoreAdj: 0
-`, n.name, n.kubeconfig, healthzAddr, metricsAddr)
+		cfg := harness.KubeProxyConfig(n.name, n.kubeconfig, healthzAddr, metricsAddr, "1s")
 		cfgPath := filepath.Join(n.t.TempDir(), "kube-proxy.yaml")
 		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 			n.t.Fatal(err)
@@ -335,35 +316,8 @@ oomScoreAdj: 0
 	return p
 }
 
-// kubeProxyBinary is the kube-proxy v1.37.2 of `make cluster-bin`, or "".
-func kubeProxyBinary() string {
-	dir := os.Getenv("CROSSPROXY_CLUSTER_BIN_DIR")
-	if dir == "" {
-		home, _ := os.UserHomeDir()
-		dir = filepath.Join(home, ".cache", "crossproxy", "cluster-bin")
-	}
-	path := filepath.Join(dir, "kube-proxy")
-	if st, err := os.Stat(path); err != nil || st.Mode()&0o111 == 0 {
-		return ""
-	}
-	return path
-}
-
 // stop sends SIGTERM and waits (SIGKILL after 10 s).
-func (p *proc) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
+func (p *proc) stop() { harness.Terminate(p.cmd.Process, p.done) }
 
 func (p *proc) logText() string {
 	data, _ := os.ReadFile(p.log)

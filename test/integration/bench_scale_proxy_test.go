@@ -241,25 +241,6 @@ func startScaleProxy(b *testing.B, e *env, proxyName, minSync string) *scaleProx
 	return s
 }
 
-// kubeProxyBinary is the kube-proxy v1.37.2 of `make cluster-bin`
-// (test/cluster/build.sh), or "" when it is not built.
-func kubeProxyBinary() string {
-	dir := os.Getenv("CROSSPROXY_CLUSTER_BIN_DIR")
-	if dir == "" {
-		cache := os.Getenv("XDG_CACHE_HOME")
-		if cache == "" {
-			home, _ := os.UserHomeDir()
-			cache = filepath.Join(home, ".cache")
-		}
-		dir = filepath.Join(cache, "crossproxy", "cluster-bin")
-	}
-	path := filepath.Join(dir, "kube-proxy")
-	if st, err := os.Stat(path); err != nil || st.Mode()&0o111 == 0 {
-		return ""
-	}
-	return path
-}
-
 // Where kube-proxy serves in the node namespace: its loopback is the lab's
 // own, so fixed ports are free; the benchmark reads them through the node.
 const (
@@ -277,31 +258,12 @@ const (
 // crossproxy's --ip-families IPv4 does instead of a second, IPv6 proxier.
 func startKubeProxy(b *testing.B, e *env, minSync string) *scaleProxy {
 	b.Helper()
-	path := kubeProxyBinary()
+	path := harness.KubeProxyBinary()
 	if path == "" {
 		b.Skip("no kube-proxy binary in ${CROSSPROXY_CLUSTER_BIN_DIR:-~/.cache/crossproxy/cluster-bin}: run `make cluster-bin`")
 	}
 	kc := kubeconfigInto(b, e)
-	cfg := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-mode: nftables
-hostnameOverride: %s
-clientConnection:
-  kubeconfig: %s
-healthzBindAddress: %s
-metricsBindAddress: %s
-nftables:
-  minSyncPeriod: %s
-  syncPeriod: 30s
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-  udpTimeout: 0s
-  udpStreamTimeout: 0s
-oomScoreAdj: 0
-`, e.node, kc, kubeProxyHealthz, kubeProxyMetrics, minSync)
+	cfg := harness.KubeProxyConfig(e.node, kc, kubeProxyHealthz, kubeProxyMetrics, minSync)
 	cfgPath := filepath.Join(b.TempDir(), "kube-proxy.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		b.Fatal(err)
@@ -310,7 +272,7 @@ oomScoreAdj: 0
 	b.Cleanup(func() {
 		_ = exec.Command("ip", "netns", "exec", e.lab.Node, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=0").Run()
 	})
-	p := startProcess(e, proxyKubeProxy, "nsenter", "--net="+e.lab.NetNSPath(), path, "--config", cfgPath, "--v=2")
+	p := startProcess(e, proxyKubeProxy, "nsenter", "--net="+e.lab.NetNS(), path, "--config", cfgPath, "--v=2")
 	pid := p.cmd.Process.Pid
 	// nsenter executes kube-proxy in its own process: wait for that, so the
 	// figures read from /proc are kube-proxy's.
@@ -363,7 +325,7 @@ func requireNoProxyTables(b *testing.B, e *env) {
 // (crossproxy's through its own cleanup command, kube-proxy's as
 // test/cluster/kubeproxy.sh does) and fails if one is left.
 func removeProxyTables(b *testing.B, e *env) {
-	if out, err := exec.Command(binary, "cleanup", "--netns", e.lab.NetNSPath()).CombinedOutput(); err != nil {
+	if out, err := exec.Command(binary, "cleanup", "--netns", e.lab.NetNS()).CombinedOutput(); err != nil {
 		b.Errorf("crossproxy cleanup: %v\n%s", err, out)
 	}
 	for _, fam := range []string{"ip", "ip6"} {

@@ -56,7 +56,7 @@ func newScaleEnv(b *testing.B, n int) *env {
 	api := harness.New(b, harness.Options{ServiceCIDR: "10.96.0.0/12"})
 	e := &env{t: b, api: api, lab: newLab(b), ctx: context.Background(), user: harness.AdminUser}
 	e.admin = kubernetes.NewForConfigOrDie(api.AdminConfig())
-	e.node = "xpk-node-" + e.lab.id
+	e.node = "xpk-node-" + e.lab.ID
 	e.createNode()
 	e.lab.serveBackends(b, 8080)
 	cfg := api.AdminConfig()
@@ -287,7 +287,7 @@ func scaleHeap(b *testing.B, e *env, n int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		backend, err := nft.New(platform.BackendConfig{NetNSPath: e.lab.NetNSPath(), TableName: "crossproxy"}, log)
+		backend, err := nft.New(platform.BackendConfig{NetNSPath: e.lab.NetNS(), TableName: "crossproxy"}, log)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -422,7 +422,7 @@ func (h heapBreakdown) table() string {
 func refuseOldEndpoints(b *testing.B, l *lab) {
 	b.Helper()
 	for _, cidr := range []string{"10.100.0.0/14", "10.250.0.0/16"} {
-		run(b, "ip", "-n", l.Node, "route", "replace", cidr, "dev", "xpkb"+l.id)
+		run(b, "ip", "-n", l.Node, "route", "replace", cidr, "dev", l.PodLink())
 	}
 	// Declaring the table and deleting it first makes a second stream run
 	// (stream-kube-proxy after stream) replace the rule instead of adding it.

@@ -74,7 +74,7 @@ func TestFollowsServicesAndEndpointSlices(t *testing.T) {
 func TestFollowsNode(t *testing.T) {
 	e := newEnv(t)
 	e.startProxy()
-	run(t, "ip", "-n", e.lab.Node, "addr", "add", nodeAddr2+"/24", "dev", "xpkc"+e.lab.id)
+	run(t, "ip", "-n", e.lab.Node, "addr", "add", nodeAddr2+"/24", "dev", e.lab.ClientLink())
 
 	svc := e.service("np", func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeNodePort })
 	e.createSlice(e.endpointSlice("np", "np-1", backendAddrs[0]))

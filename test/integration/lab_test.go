@@ -5,31 +5,25 @@ package integration
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/crossproxy/crossproxy/test/netnsrun"
 )
 
-// lab is three network namespaces: a node where crossproxy programs its
+// lab is netnsrun's lab on 10.200: a node where crossproxy programs its
 // rules and which routes between a client and a backend namespace.
 //
 //	cli 10.200.1.2 ── 10.200.1.1 node 10.200.2.1 ── 10.200.2.2/.3/.4 be
 //
 // The node has no default route, so a packet no rule rewrites goes nowhere
 // outside the lab.
-type lab struct {
-	id                 string
-	Node, Client, Back string
-}
+type lab struct{ *netnsrun.Lab }
 
 const (
 	nodeAddr   = "10.200.1.1"
@@ -40,101 +34,31 @@ const (
 // backendAddrs are the backend namespace's addresses (one per "pod").
 var backendAddrs = []string{"10.200.2.2", "10.200.2.3", "10.200.2.4"}
 
-func run(t testing.TB, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
+var run = netnsrun.Run
 
 // newLab creates the namespaces and removes them when the test ends.
-func newLab(t testing.TB) *lab {
-	t.Helper()
-	buf := make([]byte, 3)
-	_, _ = rand.Read(buf)
-	id := hex.EncodeToString(buf)
-	l := &lab{id: id, Node: "xpk-" + id + "-node", Client: "xpk-" + id + "-cli", Back: "xpk-" + id + "-be"}
-	t.Cleanup(func() {
-		for _, ns := range []string{l.Client, l.Back, l.Node} {
-			_ = exec.Command("ip", "netns", "del", ns).Run()
-		}
-	})
-	for _, ns := range []string{l.Node, l.Client, l.Back} {
-		run(t, "ip", "netns", "add", ns)
-		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	}
-	link := func(a, aIf, aAddr, b, bIf, bAddr string) {
-		run(t, "ip", "-n", a, "link", "add", aIf, "type", "veth", "peer", "name", bIf, "netns", b)
-		run(t, "ip", "-n", a, "addr", "add", aAddr+"/24", "dev", aIf)
-		run(t, "ip", "-n", b, "addr", "add", bAddr+"/24", "dev", bIf)
-		run(t, "ip", "-n", a, "link", "set", aIf, "up")
-		run(t, "ip", "-n", b, "link", "set", bIf, "up")
-	}
-	link(l.Node, "xpkc"+id, nodeAddr, l.Client, "eth0", clientAddr)
-	link(l.Node, "xpkb"+id, "10.200.2.1", l.Back, "eth0", backendAddrs[0])
-	for _, a := range backendAddrs[1:] {
-		run(t, "ip", "-n", l.Back, "addr", "add", a+"/24", "dev", "eth0")
-	}
-	run(t, "ip", "-n", l.Client, "route", "add", "default", "via", nodeAddr)
-	run(t, "ip", "-n", l.Back, "route", "add", "default", "via", "10.200.2.1")
-	run(t, "ip", "netns", "exec", l.Node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-	return l
-}
-
-// NetNSPath is the node namespace's path for crossproxy --netns.
-func (l *lab) NetNSPath() string { return "/run/netns/" + l.Node }
+func newLab(t testing.TB) *lab { return &lab{netnsrun.NewLab(t, "xpk", "10.200")} }
 
 // serveBackends starts one TCP server per backend address on port: each
 // greets a connection with "hello ADDR" and then echoes lines.
 func (l *lab) serveBackends(t testing.TB, port int) {
 	t.Helper()
-	var ls []net.Listener
-	err := netnsrun.Do(l.Back, func() error {
-		for _, a := range backendAddrs {
-			ln, err := net.Listen("tcp", net.JoinHostPort(a, fmt.Sprint(port)))
-			if err != nil {
-				return err
-			}
-			ls = append(ls, ln)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("backend listeners: %v", err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		for _, ln := range ls {
-			ln.Close()
-		}
-		wg.Wait()
-	})
-	for i, ln := range ls {
-		wg.Add(1)
+	netnsrun.ServeTCP(t, l.Back, backendAddrs, port, func(c net.Conn, addr string) {
 		go func() {
-			defer wg.Done()
+			defer c.Close()
+			fmt.Fprintf(c, "hello %s\n", addr)
+			r := bufio.NewReader(c)
 			for {
-				c, err := ln.Accept()
+				line, err := r.ReadString('\n')
 				if err != nil {
 					return
 				}
-				go func() {
-					defer c.Close()
-					fmt.Fprintf(c, "hello %s\n", backendAddrs[i])
-					r := bufio.NewReader(c)
-					for {
-						line, err := r.ReadString('\n')
-						if err != nil {
-							return
-						}
-						if _, err := c.Write([]byte(line)); err != nil {
-							return
-						}
-					}
-				}()
+				if _, err := c.Write([]byte(line)); err != nil {
+					return
+				}
 			}
 		}()
-	}
+	})
 }
 
 // conn is a client connection through the node.

@@ -32,22 +32,7 @@ import (
 // binary is the crossproxy built for this run.
 var binary string
 
-func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "integration tests need root (network namespaces)")
-		os.Exit(1)
-	}
-	var dir string
-	var err error
-	binary, dir, err = harness.BuildCrossproxy("xpk-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { harness.MainWithCrossproxy(m, "integration tests", "xpk-bin-", &binary) }
 
 // env is one test's world: an apiserver, a lab and an admin client.
 type env struct {
@@ -67,7 +52,7 @@ func newEnv(t testing.TB) *env {
 	t.Helper()
 	e := &env{t: t, api: harness.New(t, harness.Options{}), lab: newLab(t), ctx: context.Background(), user: harness.AdminUser}
 	e.admin = kubernetes.NewForConfigOrDie(e.api.AdminConfig())
-	e.node = "xpk-node-" + e.lab.id
+	e.node = "xpk-node-" + e.lab.ID
 	e.createNode()
 	e.lab.serveBackends(t, 8080)
 	return e
@@ -170,7 +155,7 @@ func (e *env) startProxy(extra ...string) *proxy {
 	args := append([]string{"run",
 		"--kubeconfig", kc,
 		"--hostname-override", e.node,
-		"--netns", e.lab.NetNSPath(),
+		"--netns", e.lab.NetNS(),
 		"--ip-families", "IPv4",
 		"--min-sync-period", "100ms",
 		"--sync-period", "10s",
@@ -223,20 +208,7 @@ func startProcess(e *env, name, path string, args ...string) *proxy {
 }
 
 // stop sends SIGTERM and waits: crossproxy leaves its rules in place.
-func (p *proxy) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
+func (p *proxy) stop() { harness.Terminate(p.cmd.Process, p.done) }
 
 func (p *proxy) logText() string {
 	data, _ := os.ReadFile(p.log)

@@ -162,7 +162,7 @@ nftables:
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := startRaw(e, "run", "--config", path, "--netns", e.lab.NetNSPath(), "--ip-families", "IPv4", "--healthz-bind-address", healthAddr)
+	p := startRaw(e, "run", "--config", path, "--netns", e.lab.NetNS(), "--ip-families", "IPv4", "--healthz-bind-address", healthAddr)
 	web := e.service("web")
 	e.createSlice(e.endpointSlice("web", "web-1", backendAddrs[0]))
 	e.lab.waitBackends(t, addr(web), backendAddrs[0])
@@ -180,7 +180,7 @@ nftables:
 	if err := os.WriteFile(bad, []byte("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nclusterCIDR: 10.244.0.0/33\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	q := startRaw(e, "run", "--config", bad, "--netns", e.lab.NetNSPath())
+	q := startRaw(e, "run", "--config", bad, "--netns", e.lab.NetNS())
 	select {
 	case <-q.done:
 	case <-time.After(10 * time.Second):
