@@ -43,6 +43,9 @@ func (b *Backend) list(ctx context.Context) (*listing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get HNS network %q: %w", b.cfg.NetworkName, err)
 	}
+	if strings.EqualFold(nw.Name, antreaNetworkName) {
+		return nil, errAntrea(fmt.Sprintf("the network %q is Antrea's (%s)", nw.Name, nw.Type))
+	}
 	eps, err := b.hns.ListEndpoints(ctx, nw.ID)
 	if err != nil {
 		return nil, fmt.Errorf("list endpoints of network %q: %w", nw.Name, err)
@@ -70,6 +73,7 @@ func (b *Backend) refreshWith(ctx context.Context, l *listing) error {
 	}
 	b.network = l.network
 	b.ledger.Network = l.network.Name
+	b.calicoLookup = true
 	b.useEndpoints(l.endpoints)
 	b.adopt(l.lbs)
 	return b.saveLedger()

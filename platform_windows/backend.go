@@ -33,6 +33,12 @@ type Config struct {
 	// CNI is the node's CNI configuration as read at start (nil: none
 	// found): the network's name, and what explain shows.
 	CNI *CNIConfig
+	// CNISource reads the node's CNI configuration again and gives the
+	// IPAM it implies (nil: CNI and IPAM stay as given). The backend asks
+	// it until a network is settled from a configuration and at every full
+	// sync after, so a CNI installed after crossproxy (HostProcess CNIs
+	// usually are) is read without a restart.
+	CNISource func() (*CNIConfig, IPAM)
 	// SourceVIP is the overlay source VIP given explicitly (flag, config
 	// file or the Node annotation; SourceVIPOrigin says which). Invalid: the
 	// backend finds one per node (chooseSourceVIP).
@@ -97,11 +103,22 @@ type Backend struct {
 	sourceVIPFrom string
 	// networkFrom says how the network was found (log, explain).
 	networkFrom string
+	// explicitNetwork: the network was named (flag, KUBE_NETWORK) and is
+	// never looked for; networkByFallback: it was found as the only
+	// candidate with no CNI configuration, so a configuration that appears
+	// later decides again.
+	explicitNetwork   bool
+	networkByFallback bool
 	// calicoWaitFrom is when a sync first looked for Calico_ep in vain, and
 	// calicoGaveUp that the wait has ended (each logged once).
 	calicoWaitFrom time.Time
 	calicoGaveUp   bool
-	byIP           map[netip.Addr]Endpoint
+	// calicoByName is calico-node's host endpoint found by name because the
+	// network's listing did not show it (V1-created); calicoLookup allows
+	// one such lookup (set by every full sync's listing).
+	calicoByName Endpoint
+	calicoLookup bool
+	byIP         map[netip.Addr]Endpoint
 	// root is the host endpoint health-check VIPs lead to (forwardHealthCheckVip);
 	// invalid IP when HNS has none by that name.
 	root     Endpoint
@@ -150,7 +167,7 @@ func New(h HNS, cfg Config, log logrus.FieldLogger) (*Backend, error) {
 		cfg.RootEndpointName = defaultRootEndpointName
 	}
 	return &Backend{
-		hns: h, cfg: cfg, log: log, now: time.Now,
+		hns: h, cfg: cfg, log: log, now: time.Now, explicitNetwork: cfg.NetworkName != "",
 		byIP:      map[netip.Addr]Endpoint{},
 		owned:     map[string]ownedLB{},
 		foreign:   map[string][]string{},
@@ -170,7 +187,7 @@ func (b *Backend) Name() string { return "hns" }
 func (b *Backend) Preflight(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.prepare(ctx); err != nil {
+	if err := b.prepare(ctx, true); err != nil {
 		return err
 	}
 	if b.cfg.NetworkName == "" {
@@ -183,13 +200,14 @@ func (b *Backend) Preflight(ctx context.Context) error {
 	return OverlayPrerequisites(PlanOptions{Network: nw, Features: *b.features, SourceVIP: b.cfg.SourceVIP, AutoSourceVIP: b.cfg.IPAM != nil}, nil)
 }
 
-// prepare loads the ledger, finds the network and detects features once. A failure (HNS not
-// up yet at boot) is not remembered: the next sync asks again.
-func (b *Backend) prepare(ctx context.Context) error {
+// prepare loads the ledger, finds the network (full: the CNI
+// configuration is read again) and detects features once. A failure (HNS
+// not up yet at boot) is not remembered: the next sync asks again.
+func (b *Backend) prepare(ctx context.Context, full bool) error {
 	if err := b.loadLedger(); err != nil {
 		return err
 	}
-	if err := b.findNetwork(ctx); err != nil {
+	if err := b.findNetwork(ctx, full); err != nil {
 		return err
 	}
 	if b.features != nil {

@@ -46,6 +46,15 @@ type CNIConfig struct {
 	Subnets []netip.Prefix
 }
 
+// same reports whether two configurations say the same (nil is none).
+func (c *CNIConfig) same(o *CNIConfig) bool {
+	if c == nil || o == nil {
+		return c == o
+	}
+	return c.File == o.File && c.Name == o.Name && c.CNIVersion == o.CNIVersion && c.Type == o.Type &&
+		c.IPAMType == o.IPAMType && c.DataDir == o.DataDir && slices.Equal(c.Subnets, o.Subnets)
+}
+
 // String says what was read, for the log and explain.
 func (c *CNIConfig) String() string {
 	if c == nil {

@@ -3,6 +3,7 @@ package hns
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,13 +125,23 @@ func TestReadCNIConfig(t *testing.T) {
 }
 
 // TestNetworkFound: with no network named, the CNI configuration's network
-// is used when HNS has it, else the only Overlay or L2Bridge network (nat
+// is used when HNS has it, and while it does not, none (the sync waits: the
+// boot-time External network that Calico's node-service.ps1, Microsoft
+// SDN's helper.psm1 CreateExternalNetwork and sig-windows-tools' flannel
+// setup.ps1 make before the CNI's network is never taken). Without a CNI
+// configuration, the only Overlay or L2Bridge network besides External (nat
 // does not count); several candidates are refused naming them and the flag;
-// none yet is an error the next sync retries (not ErrInvalid).
+// none yet is an error the next sync retries (not ErrInvalid). Antrea's
+// node is refused naming Antrea's own proxy.
 func TestNetworkFound(t *testing.T) {
 	ctx := context.Background()
 	nat := Network{ID: "nat-id", Name: "nat", Type: "NAT"}
+	// External as sig-windows-tools' flannel setup.ps1 and Calico's
+	// node-service.ps1 make it: Overlay, 192.168.255.0/30, VSID 9999.
+	external := Network{ID: "ext-id", Name: "External", Type: NetworkOverlay, Subnets: []netip.Prefix{netip.MustParsePrefix("192.168.255.0/30")}}
 	flannel := &CNIConfig{File: `C:\etc\cni\net.d\10-flannel.conf`, Name: "flannel.4096", Type: "flannel", IPAMType: "host-local"}
+	calico := &CNIConfig{File: `C:\etc\cni\net.d\10-calico.conf`, Name: "Calico", Type: "calico", IPAMType: "calico-ipam"}
+	antrea := &CNIConfig{File: `C:\etc\cni\net.d\10-antrea.conflist`, Name: "antrea", Type: "antrea", IPAMType: "host-local"}
 	for _, c := range []struct {
 		name    string
 		network Network
@@ -139,14 +150,23 @@ func TestNetworkFound(t *testing.T) {
 		want    string
 		wantErr error
 	}{
-		{"the CNI configuration's", Network{Name: "flannel.4096", Type: NetworkOverlay}, []Network{nat, {ID: "x", Name: "vxlan1", Type: NetworkOverlay}}, flannel,
+		{"the CNI configuration's", Network{Name: "flannel.4096", Type: NetworkOverlay}, []Network{nat, external, {ID: "x", Name: "vxlan1", Type: NetworkOverlay}}, flannel,
 			`the CNI configuration C:\etc\cni\net.d\10-flannel.conf`, nil},
-		{"the only overlay", Network{Name: "vxlan0", Type: "overlay"}, []Network{nat}, flannel,
-			`the only Overlay or L2Bridge network on the node (HNS has no network "flannel.4096" of the CNI configuration`, nil},
-		{"the only L2Bridge, no CNI configuration", Network{Name: "cbr0", Type: NetworkL2Bridge}, []Network{nat}, nil, "the only Overlay or L2Bridge network on the node (no CNI configuration found)", nil},
-		{"two candidates", Network{Name: "vxlan0", Type: NetworkOverlay}, []Network{{ID: "x", Name: "cbr0", Type: NetworkL2Bridge}}, flannel,
+		{"the CNI configuration's, not there yet", Network{Name: "vxlan0", Type: "overlay"}, []Network{nat}, flannel,
+			`waiting for the HNS network "flannel.4096" the CNI configuration C:\etc\cni\net.d\10-flannel.conf names`, ErrNotFound},
+		{"Calico at boot: only External", external, []Network{nat}, calico,
+			`waiting for the HNS network "Calico" the CNI configuration C:\etc\cni\net.d\10-calico.conf names`, ErrNotFound},
+		{"no CNI configuration at boot: only External", external, []Network{nat}, nil,
+			`no Overlay or L2Bridge network on the node yet besides the boot-time "External" (networks: External (Overlay), nat (NAT))`, ErrNotFound},
+		{"the only L2Bridge, no CNI configuration", Network{Name: "cbr0", Type: NetworkL2Bridge}, []Network{nat, external}, nil,
+			"the only Overlay or L2Bridge network on the node besides External (no CNI configuration found)", nil},
+		{"two candidates", Network{Name: "vxlan0", Type: NetworkOverlay}, []Network{{ID: "x", Name: "cbr0", Type: NetworkL2Bridge}}, nil,
 			"2 Overlay or L2Bridge networks on the node: vxlan0, cbr0; name one with --network-name", ErrInvalid},
-		{"none yet", nat, nil, nil, "no Overlay or L2Bridge network on the node yet (networks: nat (NAT))", ErrNotFound},
+		{"none yet", nat, nil, nil, "no Overlay or L2Bridge network on the node yet besides the boot-time \"External\" (networks: nat (NAT))", ErrNotFound},
+		// Antrea's agent makes a Transparent network with the OVS extension
+		// (antrea-io/antrea pkg/agent/util, LocalHNSNetwork "antrea-hnsnetwork").
+		{"Antrea's network", Network{Name: "antrea-hnsnetwork", Type: "Transparent"}, []Network{nat}, nil, "AntreaProxy", ErrInvalid},
+		{"Antrea's CNI configuration", Network{Name: "antrea-hnsnetwork", Type: "Transparent"}, []Network{nat}, antrea, "AntreaProxy", ErrInvalid},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := NewFake(c.network, AllFeatures())

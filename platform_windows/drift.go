@@ -93,7 +93,7 @@ func (b *Backend) driftedEndpoints(eps []Endpoint, counts map[string]int) []stri
 			out = append(out, fmt.Sprintf("remote endpoint %s changed (provider address %s, was %s)", ep.IP, got.ProviderAddress, ep.ProviderAddress))
 		}
 	}
-	if b.network.isOverlay() && b.sourceVIP.IsValid() && !byIP[b.sourceVIP.String()] {
+	if b.network.isOverlay() && b.sourceVIP.IsValid() && !byIP[b.sourceVIP.String()] && b.calicoByName.IP != b.sourceVIP {
 		out = append(out, fmt.Sprintf("source-VIP endpoint %s missing", b.sourceVIP))
 		counts["source-VIP endpoint"]++
 	}

@@ -23,7 +23,7 @@ func (b *Backend) Programmed(ctx context.Context, svc types.NamespacedName) (*pl
 	if b.closed {
 		return nil, errClosed
 	}
-	if err := b.prepare(ctx); err != nil {
+	if err := b.prepare(ctx, false); err != nil {
 		return nil, err
 	}
 	l, err := b.list(ctx)

@@ -109,8 +109,8 @@ func (b *Backend) ensureSourceVIPEndpoint(ctx context.Context, plan hnsPlan) err
 	if want == nil {
 		return nil
 	}
-	if _, ok := b.byIP[want.IP]; ok {
-		return nil
+	if _, ok := b.byIP[want.IP]; ok || b.calicoByName.IP == want.IP {
+		return nil // HNS has it (calico-node's, found by name when the listing hides it)
 	}
 	got, err := b.hns.CreateLocalEndpoint(ctx, b.network.ID, *want)
 	if err != nil {

@@ -23,7 +23,7 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 	if b.closed {
 		return errClosed
 	}
-	if err := b.prepare(ctx); err != nil {
+	if err := b.prepare(ctx, changes.Full || !b.synced); err != nil {
 		return err
 	}
 	full := changes.Full || !b.synced
