@@ -180,3 +180,61 @@ func TestNonHostLocalIPAM(t *testing.T) {
 		t.Fatalf("calico-ipam: %v", err)
 	}
 }
+
+// TestHostLocalFileName: the file host-local keeps a reservation in is named
+// after the address, with every ':' replaced by '_' on Windows only
+// (containernetworking/plugins host-local disk backend, GetEscapedPath).
+func TestHostLocalFileName(t *testing.T) {
+	for _, c := range []struct{ goos, addr, want string }{
+		{"windows", "10.244.1.2", "10.244.1.2"},
+		{"linux", "10.244.1.2", "10.244.1.2"},
+		{"windows", "fd00:10:244:1::2", "fd00_10_244_1__2"},
+		{"linux", "fd00:10:244:1::2", "fd00:10:244:1::2"},
+		{"windows", "::1", "__1"},
+	} {
+		if got := hostLocalFileName(c.goos, netip.MustParseAddr(c.addr)); got != c.want {
+			t.Errorf("hostLocalFileName(%s, %s) = %q, want %q", c.goos, c.addr, got, c.want)
+		}
+	}
+}
+
+// TestHoldsFindsIPv6Reservation: Holds finds an IPv6 reservation in a store
+// laid out the way host-local writes it on this OS (the file names are
+// spelled out here, not derived); under Wine that is the Windows name, with
+// '_' for ':'. Neither the other OS's name nor another container's
+// reservation counts as held.
+func TestHoldsFindsIPv6Reservation(t *testing.T) {
+	// os.MkdirTemp, not t.TempDir: Wine 8 cannot remove a tree (see test/mk/windows.mk).
+	dir, err := os.MkdirTemp("", "hostlocal-store-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	subnet := netip.MustParsePrefix("fd00:10:244:1::/64")
+	held, other, foreign := netip.MustParseAddr("fd00:10:244:1::2"), netip.MustParseAddr("fd00:10:244:1::3"), netip.MustParseAddr("fd00:10:244:1::4")
+	names := map[string]map[netip.Addr]string{
+		"windows": {held: "fd00_10_244_1__2", other: "fd00:10:244:1::3", foreign: "fd00_10_244_1__4"},
+		"linux":   {held: "fd00:10:244:1::2", other: "fd00_10_244_1__3", foreign: "fd00:10:244:1::4"},
+	}[runtime.GOOS]
+	if names == nil {
+		t.Skipf("no host-local store layout for %s", runtime.GOOS)
+	}
+	store := filepath.Join(dir, "vxlan0")
+	if err := os.MkdirAll(store, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// host-local writes the container id, CRLF, the interface name.
+	owner := map[netip.Addr]string{held: sourceVIPContainerID, other: sourceVIPContainerID, foreign: "pod-a"}
+	for a, name := range names {
+		if err := os.WriteFile(filepath.Join(store, name), []byte(owner[a]+"\r\neth0"), 0o644); err != nil {
+			t.Fatalf("lay out the store (%s): %v", name, err)
+		}
+	}
+	ipam := CNIIPAM{Network: "vxlan0", DataDir: dir}
+	for a, want := range map[netip.Addr]bool{held: true, other: false, foreign: false} {
+		got, err := ipam.Holds(context.Background(), subnet, a)
+		if err != nil || got != want {
+			t.Errorf("Holds(%s) on %s = %v, %v; want %v (store file %q)", a, runtime.GOOS, got, err, want, names[a])
+		}
+	}
+}

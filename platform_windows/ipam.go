@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -169,7 +170,7 @@ func (c CNIIPAM) Holds(_ context.Context, _ netip.Prefix, a netip.Addr) (bool, e
 	if dir == "" {
 		dir = hostLocalDataDir
 	}
-	b, err := os.ReadFile(filepath.Join(dir, c.Network, a.String()))
+	b, err := os.ReadFile(filepath.Join(dir, c.Network, hostLocalFileName(runtime.GOOS, a)))
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -178,6 +179,20 @@ func (c CNIIPAM) Holds(_ context.Context, _ netip.Prefix, a netip.Addr) (bool, e
 	}
 	first, _, _ := strings.Cut(string(b), "\n")
 	return strings.TrimSpace(first) == sourceVIPContainerID, nil
+}
+
+// hostLocalFileName is the name of the file host-local keeps a's reservation
+// in on goos. On Windows host-local replaces every ':' of the name with '_'
+// (its disk backend's GetEscapedPath), because ':' cannot be in a Windows file
+// name. Read under its plain name, an IPv6 reservation is never found again:
+// crossproxy would take it for wiped and reserve anew, perhaps another address,
+// at every check. goos is a parameter so the Windows rule is tested on any OS.
+func hostLocalFileName(goos string, a netip.Addr) string {
+	name := a.String()
+	if goos == "windows" {
+		name = strings.ReplaceAll(name, ":", "_")
+	}
+	return name
 }
 
 // Reserve implements IPAM. host-local refuses a second ADD for one
