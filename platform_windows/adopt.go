@@ -2,6 +2,7 @@ package hns
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -46,15 +47,29 @@ func (b *Backend) list(ctx context.Context) (*listing, error) {
 	if strings.EqualFold(nw.Name, antreaNetworkName) {
 		return nil, errAntrea(fmt.Sprintf("the network %q is Antrea's (%s)", nw.Name, nw.Type))
 	}
-	eps, err := b.hns.ListEndpoints(ctx, nw.ID)
+	eps, err := retryListing(func() ([]Endpoint, error) { return b.hns.ListEndpoints(ctx, nw.ID) })
 	if err != nil {
 		return nil, fmt.Errorf("list endpoints of network %q: %w", nw.Name, err)
 	}
-	lbs, err := b.hns.ListLoadBalancers(ctx)
+	lbs, err := retryListing(func() ([]LoadBalancer, error) { return b.hns.ListLoadBalancers(ctx) })
 	if err != nil {
 		return nil, fmt.Errorf("list load balancers: %w", err)
 	}
 	return &listing{network: nw, endpoints: eps, lbs: lbs}, nil
+}
+
+// retryListing lists once more when the listing failed with ErrNotFound:
+// hcn lists by enumerating the ids and then opening each object
+// (hcsshim hcn/hcnendpoint.go enumerateEndpoints, hcnloadbalancer.go
+// enumerateLoadBalancers), so an object deleted in between (a pod going
+// away on a busy node) fails the whole listing with element-not-found. One
+// retry sees the list without it; a second failure is returned.
+func retryListing[T any](list func() ([]T, error)) ([]T, error) {
+	out, err := list()
+	if errors.Is(err, ErrNotFound) {
+		out, err = list()
+	}
+	return out, err
 }
 
 // refreshWith takes in what HNS holds, from l when the drift check has just
@@ -120,10 +135,11 @@ func (b *Backend) adopt(lbs []LoadBalancer) {
 
 // listEndpoints reads the network's endpoints. Where a local and a remote
 // endpoint share an address (Windows Server 2019/2022 can leave both), the
-// local one is used and the remote one is deleted at the end of the next
-// full sync, as kube-proxy does.
+// local one is used; the remote one is deleted at the end of the next full
+// sync when crossproxy made it, and never touched when another did (the
+// CNI's, kube-proxy's: Calico's Calico_ep is remote).
 func (b *Backend) listEndpoints(ctx context.Context) error {
-	eps, err := b.hns.ListEndpoints(ctx, b.network.ID)
+	eps, err := retryListing(func() ([]Endpoint, error) { return b.hns.ListEndpoints(ctx, b.network.ID) })
 	if err != nil {
 		return fmt.Errorf("list endpoints of network %q: %w", b.network.Name, err)
 	}
@@ -147,9 +163,13 @@ func (b *Backend) useEndpoints(eps []Endpoint) {
 		case !ok:
 			b.byIP[ep.IP] = ep
 		case !old.Remote && ep.Remote:
-			b.dupRemotes = append(b.dupRemotes, ep)
+			if ours(ep) {
+				b.dupRemotes = append(b.dupRemotes, ep)
+			}
 		case old.Remote && !ep.Remote:
-			b.dupRemotes = append(b.dupRemotes, old)
+			if ours(old) {
+				b.dupRemotes = append(b.dupRemotes, old)
+			}
 			b.byIP[ep.IP] = ep
 		}
 	}

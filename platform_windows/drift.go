@@ -43,6 +43,14 @@ func (b *Backend) CheckDrift(ctx context.Context) ([]string, error) {
 		l.drift = append(l.drift, fmt.Sprintf("HNS network %q recreated (id %s, was %s)", l.network.Name, l.network.ID, b.network.ID))
 		counts["network"]++
 	} else {
+		if d := remoteSubnetsChanged(b.network, l.network); d != "" {
+			// A node joined or left (flannel's handleSubnetEvents, Calico's
+			// VXLAN manager add and remove RemoteSubnetRoute policies):
+			// remote endpoints planned before may have the wrong provider
+			// address. The full sync that follows plans with these.
+			l.drift = append(l.drift, d)
+			counts["remote subnets"]++
+		}
 		l.drift = append(l.drift, b.driftedEndpoints(l.endpoints, counts)...)
 	}
 	lbs := b.drifted(l.lbs)
@@ -89,7 +97,7 @@ func (b *Backend) driftedEndpoints(eps []Endpoint, counts map[string]int) []stri
 		switch {
 		case !ok:
 			out = append(out, fmt.Sprintf("remote endpoint %s missing", ep.IP))
-		case got.ProviderAddress != ep.ProviderAddress:
+		case got.ProviderAddress.IsValid() && ep.ProviderAddress.IsValid() && got.ProviderAddress != ep.ProviderAddress:
 			out = append(out, fmt.Sprintf("remote endpoint %s changed (provider address %s, was %s)", ep.IP, got.ProviderAddress, ep.ProviderAddress))
 		}
 	}
@@ -131,4 +139,38 @@ func (b *Backend) drifted(lbs []LoadBalancer) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// remoteSubnetsChanged says how the overlay network's remote subnets
+// (RemoteSubnetRoute policies: each other node's pod subnet and its
+// provider address) differ between was and now, or "" when they do not.
+func remoteSubnetsChanged(was, now Network) string {
+	if !now.isOverlay() {
+		return ""
+	}
+	key := func(nw Network) map[string]bool {
+		m := map[string]bool{}
+		for _, s := range nw.RemoteSubnets {
+			m[s.Prefix.String()+" via "+s.ProviderAddress.String()] = true
+		}
+		return m
+	}
+	w, n := key(was), key(now)
+	var added, gone []string
+	for k := range n {
+		if !w[k] {
+			added = append(added, k)
+		}
+	}
+	for k := range w {
+		if !n[k] {
+			gone = append(gone, k)
+		}
+	}
+	if len(added)+len(gone) == 0 {
+		return ""
+	}
+	sort.Strings(added)
+	sort.Strings(gone)
+	return fmt.Sprintf("HNS network %q remote subnets changed (added %s; removed %s)", now.Name, orNone(added), orNone(gone))
 }

@@ -363,21 +363,30 @@ func TestPendingDoesNotAdoptForeign(t *testing.T) {
 	}
 }
 
-// TestLocalAndRemoteWithOneIP: Windows Server 2019/2022 can hold a local and
-// a remote endpoint with one address. The local one is used, and the stale
-// remote one is deleted at the end of the full sync, as kube-proxy does.
+// TestLocalAndRemoteWithOneIP: where a local and a remote endpoint share an
+// address (Windows Server 2019/2022 can hold both), the load balancer uses
+// the local one; the remote one is deleted when crossproxy made it and never
+// touched when another did (kube-proxy deletes neither's foreign twin; Calico's
+// Calico_ep is remote).
 func TestLocalAndRemoteWithOneIP(t *testing.T) {
-	r := newRig(t, AllFeatures(), "10.244.1.5")
-	stale := r.fake.AddEndpoint(Endpoint{Name: "left-over", IP: ip("10.244.1.5"), Remote: true, ProviderAddress: ip("192.168.0.12")})
-	r.sync(t, state(port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)})), full())
+	r := newRig(t, AllFeatures(), "10.244.1.5", "10.244.1.6")
+	ownTwin := r.fake.AddEndpoint(Endpoint{Name: remoteEndpointPrefix + "10.244.1.5", IP: ip("10.244.1.5"), Remote: true, ProviderAddress: ip("192.168.0.12")})
+	foreignTwin := r.fake.AddEndpoint(Endpoint{Name: "left-over", IP: ip("10.244.1.6"), Remote: true, ProviderAddress: ip("192.168.0.12")})
+	r.sync(t, state(port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080), local("10.244.1.6", 8080)})), full())
 	lbs := r.fake.LoadBalancers()
-	if len(lbs) != 1 || !strings.EqualFold(lbs[0].EndpointIDs[0], r.localIDs["10.244.1.5"]) {
-		t.Fatalf("load balancer %v should use the local endpoint %s", lbs, r.localIDs["10.244.1.5"])
+	want := normalIDs([]string{r.localIDs["10.244.1.5"], r.localIDs["10.244.1.6"]})
+	if len(lbs) != 1 || !slices.Equal(normalIDs(lbs[0].EndpointIDs), want) {
+		t.Fatalf("load balancer %v should use the local endpoints %v", lbs, want)
 	}
+	var ids []string
 	for _, ep := range r.fake.Endpoints() {
-		if ep.ID == stale {
-			t.Fatalf("the stale remote endpoint %s was not deleted", stale)
-		}
+		ids = append(ids, ep.ID)
+	}
+	if slices.Contains(ids, ownTwin) {
+		t.Fatalf("crossproxy's remote twin %s was not deleted", ownTwin)
+	}
+	if !slices.Contains(ids, foreignTwin) {
+		t.Fatalf("the foreign remote twin %s was deleted", foreignTwin)
 	}
 }
 

@@ -14,6 +14,10 @@ import (
 	"github.com/crossproxy/crossproxy/core"
 )
 
+// errModifyIgnored is a modify HNS accepted without applying it: handled as
+// E_NOTIMPL (delete + create, modify off).
+var errModifyIgnored = fmt.Errorf("HNS kept the old endpoints after the modify: %w", ErrNotImplemented)
+
 // round is one reconcile: what failed (retried next sync) and what HNS
 // cannot do for a Service (notices). Its methods run HNS calls in parallel
 // and record results under mu.
@@ -67,9 +71,16 @@ func (b *Backend) reconcile(ctx context.Context, plan hnsPlan, scope map[core.Po
 	}
 
 	var current []ownedLB
+	// was are the endpoints the scope's load balancers use before this
+	// sync: those no load balancer uses after it are deleted in this sync
+	// (releaseUnused), as kube-proxy's refcount does.
+	was := map[string]bool{}
 	for _, o := range b.owned {
 		if _, ok := scope[o.Owner.Key()]; ok {
 			current = append(current, o)
+			for _, id := range o.LB.EndpointIDs {
+				was[strings.ToLower(id)] = true
+			}
 		}
 	}
 	r.apply(ctx, diffLoadBalancers(desired, current, b.features.ModifyLoadBalancer))
@@ -92,6 +103,8 @@ func (b *Backend) reconcile(ctx context.Context, plan hnsPlan, scope map[core.Po
 		if len(r.failures) == 0 {
 			r.retireOwnSourceVIP(ctx, plan)
 		}
+	} else {
+		r.releaseUnused(ctx, was, plan)
 	}
 	if err := b.saveLedger(); err != nil {
 		r.failures = append(r.failures, err)
@@ -131,7 +144,10 @@ func (r *round) replaceStaleEndpoints(ctx context.Context, plan hnsPlan) map[net
 	stale := map[netip.Addr]Endpoint{}
 	for _, want := range plan.RemoteEndpoints {
 		have, ok := b.byIP[want.IP]
-		if !ok || !have.Remote || !b.network.isOverlay() || have.ProviderAddress == want.ProviderAddress {
+		// A provider address HNS did not report back is not compared:
+		// kube-proxy never reads it back, and an HNS that omits it must
+		// not make every remote endpoint stale at every sync.
+		if !ok || !have.Remote || !b.network.isOverlay() || !have.ProviderAddress.IsValid() || have.ProviderAddress == want.ProviderAddress {
 			continue
 		}
 		if ours(have) {
@@ -197,23 +213,29 @@ func (r *round) createRemoteEndpoints(ctx context.Context, plan hnsPlan, skip ma
 	}
 }
 
-// apply runs load balancer operations: deletes first, then creates and
-// updates, each phase with bounded concurrency.
+// apply runs load balancer operations, frontend by frontend: the delete
+// and the create that replace one frontend's load balancer (HNS without
+// modify, or a modify HNS refused) run back to back in one unit, so the
+// frontend is absent for one call, not for the whole of a phase of deletes
+// (at 2,000 changes and 30 ms a call, seconds per Service). Units run with
+// at most Config.Concurrency in flight.
 func (r *round) apply(ctx context.Context, ops []lbOp) {
 	b := r.b
-	var deletes, writes []lbOp
+	byFrontend := map[string][]lbOp{}
+	var order []string
 	pending := false
 	for _, op := range ops {
+		f := op.desired.frontend()
 		if op.kind == opDelete {
-			deletes = append(deletes, op)
-			continue
-		}
-		writes = append(writes, op)
-		if op.kind == opCreate {
-			f := op.desired.frontend()
+			f = op.current.frontend()
+		} else if op.kind == opCreate {
 			b.ledger.Pending[f] = pendingLB{lbOwner: op.owner, Foreign: slices.Clone(b.foreign[f])}
 			pending = true
 		}
+		if _, ok := byFrontend[f]; !ok {
+			order = append(order, f)
+		}
+		byFrontend[f] = append(byFrontend[f], op)
 	}
 	if pending {
 		if err := b.writeLedger(); err != nil {
@@ -221,26 +243,67 @@ func (r *round) apply(ctx context.Context, ops []lbOp) {
 			return
 		}
 	}
-	for i, err := range parallel(ctx, b.cfg.Concurrency, deletes, func(ctx context.Context, op lbOp) error {
-		err := b.hns.DeleteLoadBalancer(ctx, op.current.ID)
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("delete load balancer %s (%s): %w", op.current.frontend(), op.current.ID, err)
+	units := make([][]lbOp, 0, len(order))
+	for _, f := range order {
+		unit := byFrontend[f]
+		// The frontend's delete goes before its create or update.
+		slices.SortStableFunc(unit, func(x, y lbOp) int {
+			return cmpBool(y.kind == opDelete, x.kind == opDelete)
+		})
+		units = append(units, unit)
+	}
+	for i, err := range parallel(ctx, b.cfg.Concurrency, units, func(ctx context.Context, unit []lbOp) error {
+		deleted := true
+		for _, op := range unit {
+			if op.kind == opDelete {
+				if err := r.delete(ctx, op); err != nil {
+					k := op.owner.Key()
+					r.fail(&k, err)
+					deleted = false
+				}
+				continue
+			}
+			if !deleted && op.kind == opCreate {
+				// HNS would refuse it while the old one holds the frontend;
+				// the port is retried with the delete.
+				continue
+			}
+			r.written(op, r.write(ctx, op))
 		}
-		r.mu.Lock()
-		delete(b.owned, op.current.ID)
-		r.mu.Unlock()
 		return nil
 	}) {
 		if err != nil {
-			k := deletes[i].owner.Key()
-			r.fail(&k, err)
+			// Not started (the sync was cancelled): retried next sync.
+			for _, op := range units[i] {
+				k := op.owner.Key()
+				r.fail(&k, err)
+			}
 		}
 	}
-	for i, err := range parallel(ctx, b.cfg.Concurrency, writes, func(ctx context.Context, op lbOp) error {
-		return r.write(ctx, op)
-	}) {
-		r.written(writes[i], err)
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
 	}
+	return -1
+}
+
+// delete deletes one load balancer; one HNS no longer has is deleted.
+func (r *round) delete(ctx context.Context, op lbOp) error {
+	b := r.b
+	err := b.hns.DeleteLoadBalancer(ctx, op.current.ID)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("delete load balancer %s (%s): %w", op.current.frontend(), op.current.ID, err)
+	}
+	r.mu.Lock()
+	delete(b.owned, op.current.ID)
+	r.mu.Unlock()
+	return nil
 }
 
 // written records the outcome of one create or update.
@@ -298,6 +361,20 @@ func (r *round) write(ctx context.Context, op lbOp) error {
 			}
 			return fmt.Errorf("modify load balancer %s (%s) for %s: %w", op.desired.frontend(), op.current.ID, op.owner.Key(), err)
 		}
+		if !slices.Equal(normalIDs(got.EndpointIDs), normalIDs(op.desired.EndpointIDs)) {
+			// HNS 15.4 (Windows Server 2025) accepts the modify and keeps
+			// the old endpoints (kubernetes #131466); what it reports back
+			// is the truth. Modify is off from now on, and this load
+			// balancer is deleted and created again in this sync.
+			r.mu.Lock()
+			if b.features.ModifyLoadBalancer {
+				b.features.ModifyLoadBalancer = false
+				b.log.WithFields(logrus.Fields{"id": op.current.ID, "frontend": op.desired.frontend(), "sent": len(op.desired.EndpointIDs), "kept": len(got.EndpointIDs)}).
+					Warn("HNS accepted a load balancer modify but kept its old endpoints (HNS 15.4, kubernetes #131466): changes are now delete + create")
+			}
+			r.mu.Unlock()
+			return fmt.Errorf("modify load balancer %s (%s): %w", op.desired.frontend(), op.current.ID, errModifyIgnored)
+		}
 	}
 	r.mu.Lock()
 	b.owned[got.ID] = ownedLB{LB: got, Owner: op.owner}
@@ -315,7 +392,7 @@ func (r *round) settleExisting(ctx context.Context) {
 		return
 	}
 	b := r.b
-	lbs, err := b.hns.ListLoadBalancers(ctx)
+	lbs, err := retryListing(func() ([]LoadBalancer, error) { return b.hns.ListLoadBalancers(ctx) })
 	if err != nil {
 		for _, op := range r.exists {
 			k := op.owner.Key()
@@ -346,8 +423,42 @@ func (r *round) settleExisting(ctx context.Context) {
 	r.exists = nil
 }
 
+// releaseUnused deletes, on partial syncs, crossproxy's remote endpoints
+// that a load balancer of this sync's scope used before it and none uses
+// after it, unless the plan still needs them. A remote endpoint left behind
+// would keep its address from the CNI: HNS refuses a local endpoint while a
+// remote one has its IP (kubernetes #130963, fixed in kube-proxy by #131138),
+// so a pod given an address that was remote a moment ago (pod IPs move
+// between nodes with Azure CNI, flat L2Bridge, Calico's borrowed blocks,
+// node replacement) could not start until the next full sync.
+func (r *round) releaseUnused(ctx context.Context, was map[string]bool, plan hnsPlan) {
+	b := r.b
+	if len(was) == 0 {
+		return
+	}
+	for _, o := range b.owned {
+		for _, id := range o.LB.EndpointIDs {
+			delete(was, strings.ToLower(id))
+		}
+		if len(was) == 0 {
+			return
+		}
+	}
+	needed := map[netip.Addr]bool{}
+	for _, ep := range plan.RemoteEndpoints {
+		needed[ep.IP] = true
+	}
+	var drop []Endpoint
+	for _, ep := range b.byIP {
+		if was[strings.ToLower(ep.ID)] && ep.Remote && strings.HasPrefix(ep.Name, remoteEndpointPrefix) && !needed[ep.IP] {
+			drop = append(drop, ep)
+		}
+	}
+	r.deleteEndpoints(ctx, "remote endpoint no load balancer uses", drop)
+}
+
 // collectEndpoints deletes, on full syncs, crossproxy's remote endpoints
-// that no owned load balancer uses and the plan does not need, and the
+// that no owned load balancer uses and the plan does not need, and its own
 // remote endpoints that share their address with a local one.
 func (r *round) collectEndpoints(ctx context.Context, plan hnsPlan) {
 	b := r.b
