@@ -182,6 +182,10 @@ type BackendConfig struct {
 	// RootHNSEndpointName is the host's HNS endpoint those probes go to
 	// (kube-proxy's rootHnsEndpointName; empty means "cbr0", as kube-proxy).
 	RootHNSEndpointName string
+	// HNSConcurrency bounds the HNS calls in flight (0: 1). kube-proxy has
+	// only ever called HNS one call at a time, so how HNS behaves under
+	// concurrent writes is unknown; more than 1 is for measuring.
+	HNSConcurrency int
 	// HealthzPort is the port of /healthz, where the health-check VIP of a
 	// Service without a healthCheckNodePort leads (0: healthz disabled).
 	HealthzPort uint16

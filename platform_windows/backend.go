@@ -19,9 +19,12 @@ import (
 // kube-proxy's --root-hnsendpoint-name defaults it.
 const defaultRootEndpointName = "cbr0"
 
-// defaultConcurrency bounds the HNS calls in flight; HNS serialises much of
-// its work, so more gains little and risks timeouts.
-const defaultConcurrency = 8
+// defaultConcurrency bounds the HNS calls in flight. kube-proxy has only
+// ever called HNS one call at a time, and no public source shows how HNS
+// behaves under concurrent writes (vSwitch port contention, "The
+// switch-port was not found" in hcsshim#1043), so the default is serial
+// until measured on Windows (--hns-concurrency).
+const defaultConcurrency = 1
 
 // Config configures a Backend.
 type Config struct {
@@ -65,7 +68,7 @@ type Config struct {
 	// HealthzPort is the health-check VIP's port for Services without a
 	// healthCheckNodePort (the proxy's /healthz port).
 	HealthzPort uint16
-	// Concurrency bounds the HNS calls in flight (defaultConcurrency if 0).
+	// Concurrency bounds the HNS calls in flight (defaultConcurrency, 1, if 0).
 	Concurrency int
 	// Ledger records which load balancers crossproxy owns (required).
 	Ledger Ledger
@@ -143,6 +146,9 @@ type Backend struct {
 	// how many a repair made again).
 	remotesCreated int
 	retry          map[core.PortKey]struct{}
+	// busy are the ports whose frontend HNS refused with
+	// HCN_E_PORT_ALREADY_EXISTS, retried with backoff (busyRetry).
+	busy map[core.PortKey]busyWait
 	noticed        map[types.NamespacedName]map[string]string
 	// frontends are the last applied state's frontends per port, so
 	// Programmed can report a frontend without a load balancer as what HNS
@@ -172,6 +178,7 @@ func New(h HNS, cfg Config, log logrus.FieldLogger) (*Backend, error) {
 		owned:     map[string]ownedLB{},
 		foreign:   map[string][]string{},
 		retry:     map[core.PortKey]struct{}{},
+		busy:      map[core.PortKey]busyWait{},
 		noticed:   map[types.NamespacedName]map[string]string{},
 		frontends: map[core.PortKey][]platform.ProgrammedFrontend{},
 	}, nil

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -243,42 +244,69 @@ func (r *round) apply(ctx context.Context, ops []lbOp) {
 			return
 		}
 	}
-	units := make([][]lbOp, 0, len(order))
+	units := make([]*lbUnit, 0, len(order))
 	for _, f := range order {
-		unit := byFrontend[f]
+		ops := byFrontend[f]
 		// The frontend's delete goes before its create or update.
-		slices.SortStableFunc(unit, func(x, y lbOp) int {
+		slices.SortStableFunc(ops, func(x, y lbOp) int {
 			return cmpBool(y.kind == opDelete, x.kind == opDelete)
 		})
-		units = append(units, unit)
+		units = append(units, &lbUnit{ops: ops, errs: make([]error, len(ops))})
 	}
-	for i, err := range parallel(ctx, b.cfg.Concurrency, units, func(ctx context.Context, unit []lbOp) error {
-		deleted := true
-		for _, op := range unit {
-			if op.kind == opDelete {
-				if err := r.delete(ctx, op); err != nil {
-					k := op.owner.Key()
-					r.fail(&k, err)
-					deleted = false
-				}
-				continue
-			}
-			if !deleted && op.kind == opCreate {
-				// HNS would refuse it while the old one holds the frontend;
-				// the port is retried with the delete.
-				continue
-			}
-			r.written(op, r.write(ctx, op))
-		}
+	for i, err := range parallel(ctx, b.cfg.Concurrency, units, func(ctx context.Context, u *lbUnit) error {
+		u.run(ctx, r)
 		return nil
 	}) {
 		if err != nil {
 			// Not started (the sync was cancelled): retried next sync.
-			for _, op := range units[i] {
+			for _, op := range units[i].ops {
 				k := op.owner.Key()
 				r.fail(&k, err)
 			}
+			continue
 		}
+		// Outcomes are recorded here, one unit after the other: written
+		// is not safe to run concurrently.
+		u := units[i]
+		for j, op := range u.ops {
+			switch {
+			case !u.ran[j]:
+			case op.kind == opDelete:
+				if u.errs[j] != nil {
+					k := op.owner.Key()
+					r.fail(&k, u.errs[j])
+				}
+			default:
+				r.written(op, u.errs[j])
+			}
+		}
+	}
+}
+
+// lbUnit is one frontend's operations in one apply: its delete first, then
+// its create or update, run back to back; errs and ran are their outcomes.
+type lbUnit struct {
+	ops  []lbOp
+	errs []error
+	ran  []bool
+}
+
+// run performs the unit's operations in order. A create after a failed
+// delete is not tried (HNS would refuse it while the old load balancer
+// holds the frontend); the port is retried with the delete.
+func (u *lbUnit) run(ctx context.Context, r *round) {
+	u.ran = make([]bool, len(u.ops))
+	deleted := true
+	for j, op := range u.ops {
+		if op.kind == opDelete {
+			u.errs[j], u.ran[j] = r.delete(ctx, op), true
+			deleted = deleted && u.errs[j] == nil
+			continue
+		}
+		if !deleted && op.kind == opCreate {
+			continue
+		}
+		u.errs[j], u.ran[j] = r.write(ctx, op), true
 	}
 }
 
@@ -306,6 +334,28 @@ func (r *round) delete(ctx context.Context, op lbOp) error {
 	return nil
 }
 
+// maxBusyWait caps the backoff of a frontend HNS refused as in use: a port
+// lock HNS leaked after a failed delete (kubernetes #137530) or the health
+// check port colliding at boot (kubernetes/community#8883) frees itself, so
+// the frontend is tried again within kube-proxy's syncPeriod (30 s) rather
+// than at the next full sync (an hour).
+const maxBusyWait = 30 * time.Second
+
+// busyWait is the backoff of one port whose frontend HNS refused as in use.
+type busyWait struct {
+	attempts int
+	next     time.Time
+}
+
+// after is the wait after one more refusal at now: 1 s, 2 s, 4 s ... up to
+// maxBusyWait.
+func (w busyWait) after(now time.Time) busyWait {
+	w.attempts++
+	d := time.Second << min(w.attempts-1, 10)
+	w.next = now.Add(min(d, maxBusyWait))
+	return w
+}
+
 // written records the outcome of one create or update.
 func (r *round) written(op lbOp, err error) {
 	b := r.b
@@ -313,13 +363,18 @@ func (r *round) written(op lbOp, err error) {
 	f := op.desired.frontend()
 	switch {
 	case err == nil:
+		delete(b.busy, k)
 	case op.kind == opCreate && errors.Is(err, ErrDuplicateFrontend):
 		delete(b.ledger.Pending, f) // HNS made nothing
+		w := b.busy[k].after(b.now())
+		b.busy[k] = w
 		r.notices = append(r.notices, notice{op.owner.Service(), "FrontendInUse",
 			fmt.Sprintf("%s %s: HNS refused the port (HCN_E_PORT_ALREADY_EXISTS): a load balancer crossproxy does not own holds the frontend "+
-				"(another proxy's, or left over: remove it or run that proxy's cleanup), or the host reserved the port "+
-				"(netsh int ipv4 show excludedportrange); crossproxy takes the frontend at its next full sync once it is free", op.owner.Kind, f)})
-		b.log.WithError(err).WithField("port", k.String()).Warn("frontend in use by a foreign load balancer or a host port reservation")
+				"(another proxy's, or left over: remove it or run that proxy's cleanup), the host reserved the port "+
+				"(netsh int ipv4 show excludedportrange), or HNS still holds the port lock of a deleted load balancer (kubernetes #137530); "+
+				"crossproxy tries again with backoff (up to every %s) and takes the frontend once it is free", op.owner.Kind, f, maxBusyWait)})
+		b.log.WithError(err).WithFields(logrus.Fields{"port": k.String(), "attempt": w.attempts, "retryIn": w.next.Sub(b.now()).String()}).
+			Warn("frontend in use by a foreign load balancer, a host port reservation or a leaked port lock: retried with backoff")
 	case op.kind == opCreate && errors.Is(err, ErrAlreadyExists):
 		r.exists = append(r.exists, op)
 	case op.kind == opUpdate && errors.Is(err, ErrNotImplemented):

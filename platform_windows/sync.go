@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"strings"
 
 	"github.com/sirupsen/logrus"
 	"k8s.io/apimachinery/pkg/types"
@@ -51,6 +52,16 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 		list = append(list, k)
 	}
 	plan := planPorts(state, list, opts)
+	if !full {
+		reread, err := b.rereadRemoteSubnets(ctx, plan)
+		if err != nil {
+			return err
+		}
+		if reread {
+			opts.Network = b.network
+			plan = planPorts(state, list, opts)
+		}
+	}
 	b.rememberFrontends(state, keys, full)
 	remotes := b.remotesCreated
 	notices, err := b.reconcile(ctx, plan, keys, full)
@@ -82,7 +93,61 @@ func (b *Backend) scope(state *core.NodeState, changes core.Changes, full bool) 
 	}
 	maps.Copy(keys, b.retry)
 	clear(b.retry)
+	now := b.now()
+	for k, w := range b.busy {
+		switch {
+		case state.Ports[k] == nil:
+			delete(b.busy, k)
+		case !now.Before(w.next):
+			keys[k] = struct{}{}
+		}
+	}
 	return keys
+}
+
+// rereadRemoteSubnets reads the overlay network again when the plan of a
+// partial sync has a pod on another node whose address no remote subnet
+// holds and for which HNS has no endpoint yet: a node joined since the last
+// full sync (flannel's handleSubnetEvents and Calico's VXLAN manager add
+// its RemoteSubnetRoute when it does), and planning with the old subnets
+// would give its pods this node's address as provider address until the
+// next full sync. kube-proxy reads the network before creating each overlay
+// remote endpoint; this reads it at most once per sync, and not at all for
+// an address off the pod network whose endpoint exists (the API servers).
+// It reports whether the subnets changed (the caller plans again).
+func (b *Backend) rereadRemoteSubnets(ctx context.Context, plan hnsPlan) (bool, error) {
+	if !b.network.isOverlay() {
+		return false, nil
+	}
+	unknown := false
+	for _, lb := range plan.LoadBalancers {
+		for ip := range lb.Remote {
+			if _, have := b.byIP[ip]; have {
+				continue
+			}
+			if _, ok := b.network.providerAddress(ip); !ok {
+				unknown = true
+			}
+		}
+	}
+	if !unknown {
+		return false, nil
+	}
+	nw, err := b.hns.GetNetwork(ctx, b.cfg.NetworkName)
+	if err != nil {
+		return false, fmt.Errorf("hns: read network %q for remote subnets added since the last full sync: %w", b.cfg.NetworkName, err)
+	}
+	if !strings.EqualFold(nw.ID, b.network.ID) {
+		b.synced = false
+		return false, fmt.Errorf("hns: network %q recreated (id %s, was %s): the next sync programs it whole", nw.Name, nw.ID, b.network.ID)
+	}
+	d := remoteSubnetsChanged(b.network, nw)
+	if d == "" {
+		return false, nil
+	}
+	b.log.WithField("change", d).Info("a node joined or left since the last full sync: planning with the network's remote subnets as HNS has them now")
+	b.network.RemoteSubnets = nw.RemoteSubnets
+	return true, nil
 }
 
 // planOptions are the planner's options for this node; on overlay networks

@@ -42,7 +42,7 @@ func newBackend(cfg platform.BackendConfig, log logrus.FieldLogger) (platform.Ba
 	h, ledger := nodeHNS()
 	c := hns.Config{NetworkName: cfg.NetworkName, EnableDSR: cfg.EnableDSR, Ledger: hns.FileLedger{Path: filepath.Join(dataDir(), ledger)}, Notifier: cfg.Notifier,
 		ForwardHealthCheckVIP: cfg.ForwardHealthCheckVIP, RootEndpointName: cfg.RootHNSEndpointName, HealthzPort: cfg.HealthzPort,
-		Repairs: cfg.Repairs, SourceVIPOrigin: cfg.SourceVIPOrigin}
+		Repairs: cfg.Repairs, SourceVIPOrigin: cfg.SourceVIPOrigin, Concurrency: cfg.HNSConcurrency}
 	// The CNI configuration names the network when no flag does, and an
 	// overlay node without a source VIP reserves one through the pods' IPAM
 	// (host-local), as the CNI does for pods.

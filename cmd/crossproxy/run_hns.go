@@ -39,6 +39,8 @@ func hnsOptionTable() []option {
 			func(c *config.Config) *bool { return &c.Backend.ForwardHealthCheckVIP }),
 		field("root-hnsendpoint-name", "Windows: the host's HNS endpoint the forwarded health checks go to (default cbr0, as kube-proxy)", stringFlag,
 			func(c *config.Config) *string { return &c.Backend.RootHNSEndpointName }),
+		field("hns-concurrency", "Windows: HNS calls in flight at most (default 1: kube-proxy has only ever called HNS serially; more is for measuring)", intFlag,
+			func(c *config.Config) *int { return &c.Backend.HNSConcurrency }),
 		always(field("cni-conf-dir", `Windows: where the node's CNI configuration is, which names the HNS network and its IPAM (default: C:\etc\cni\net.d, C:\Program Files\containerd\cni\conf, C:\k\cni\config)`, stringFlag,
 			func(c *config.Config) *string { return &c.Backend.CNIConfDir })),
 		always(field("cni-bin-dir", `Windows, overlay without a source VIP: where the IPAM plugin host-local is (default: CNI_PATH, C:\opt\cni\bin, C:\Program Files\containerd\cni\bin, C:\k\cni)`, stringFlag,

@@ -207,6 +207,10 @@ func decodeStrict(js []byte, v any) error {
 	return nil
 }
 
+// MaxHNSConcurrency bounds windows.hnsConcurrency: HNS serialises much of
+// its work, so more calls in flight only queue there.
+const MaxHNSConcurrency = 16
+
 // Validate checks the settings that are not checked while parsing (also after
 // flags changed them); errors name the field.
 func (c *Config) Validate(goos string) error {
@@ -254,6 +258,9 @@ func (c *Config) Validate(goos string) error {
 	case "trace", "debug", "info", "warn", "warning", "error":
 	default:
 		errs = append(errs, &fieldError{Field: "logging.level", Value: c.LogLevel, Reason: "is not trace, debug, info, warn or error"})
+	}
+	if n := c.Backend.HNSConcurrency; n < 0 || n > MaxHNSConcurrency {
+		errs = append(errs, &fieldError{Field: "windows.hnsConcurrency", Value: strconv.Itoa(n), Reason: fmt.Sprintf("must be 0 (serial) to %d", MaxHNSConcurrency)})
 	}
 	if c.QPS < 0 {
 		errs = append(errs, &fieldError{Field: "clientConnection.qps", Reason: "must not be negative"})

@@ -178,6 +178,17 @@ func TestInvalidValuesNameTheField(t *testing.T) {
 			t.Errorf("%q: error %v does not name field %s", tc.doc, err, tc.field)
 		}
 	}
+	// windows.hnsConcurrency out of range is refused naming the field.
+	own := "apiVersion: " + groupVersion + "\nkind: " + ownKind + "\nmode: kernelspace\n"
+	for _, n := range []string{"-1", "17"} {
+		var fe *fieldError
+		if _, err := Parse([]byte(own+"windows:\n  hnsConcurrency: "+n+"\n"), "windows"); !errors.As(err, &fe) || fe.Field != "windows.hnsConcurrency" {
+			t.Errorf("hnsConcurrency %s: %v", n, err)
+		}
+	}
+	if c, err := Parse([]byte(own+"windows:\n  hnsConcurrency: 4\n"), "windows"); err != nil || c.Backend.HNSConcurrency != 4 {
+		t.Errorf("hnsConcurrency 4: %v", err)
+	}
 	// Unknown fields and kinds are refused.
 	if _, err := Parse([]byte(base+"masqueradeAl: true"), "linux"); err == nil || !strings.Contains(err.Error(), "masqueradeAl") {
 		t.Errorf("misspelt field: %v", err)

@@ -50,6 +50,8 @@ type crossproxyConfiguration struct {
 		// winkernel fields of the same names.
 		ForwardHealthCheckVIP bool   `json:"forwardHealthCheckVip"`
 		RootHNSEndpointName   string `json:"rootHnsEndpointName"`
+		// HNSConcurrency bounds the HNS calls in flight (0: 1).
+		HNSConcurrency int `json:"hnsConcurrency"`
 	} `json:"windows"`
 }
 
@@ -109,8 +111,9 @@ func (o *crossproxyConfiguration) apply(c *Config, goos string) error {
 	c.Backend.EnableDSR = o.Windows.EnableDSR
 	c.Backend.ForwardHealthCheckVIP = o.Windows.ForwardHealthCheckVIP
 	c.Backend.RootHNSEndpointName = o.Windows.RootHNSEndpointName
+	c.Backend.HNSConcurrency = o.Windows.HNSConcurrency
 	if goos != "windows" && (o.Windows.NetworkName != "" || o.Windows.SourceVIP != "" || o.Windows.EnableDSR ||
-		o.Windows.ForwardHealthCheckVIP || o.Windows.RootHNSEndpointName != "") {
+		o.Windows.ForwardHealthCheckVIP || o.Windows.RootHNSEndpointName != "" || o.Windows.HNSConcurrency != 0) {
 		c.Ignored = append(c.Ignored, Ignored{Field: "windows", Reason: "Windows only; this node runs " + goos})
 	}
 	if goos == "windows" && (o.NFTables.Table != "" || o.NFTables.LocalhostNodePorts) {
