@@ -148,8 +148,8 @@ type Backend struct {
 	retry          map[core.PortKey]struct{}
 	// busy are the ports whose frontend HNS refused with
 	// HCN_E_PORT_ALREADY_EXISTS, retried with backoff (busyRetry).
-	busy map[core.PortKey]busyWait
-	noticed        map[types.NamespacedName]map[string]string
+	busy    map[core.PortKey]busyWait
+	noticed map[types.NamespacedName]map[string]string
 	// frontends are the last applied state's frontends per port, so
 	// Programmed can report a frontend without a load balancer as what HNS
 	// does with its traffic: drop it.
