@@ -387,3 +387,20 @@ func readBack(lb LoadBalancer) LoadBalancer {
 	sort.Sort(sort.Reverse(sort.StringSlice(lb.EndpointIDs)))
 	return lb
 }
+
+// GetEndpointByName implements HNS: the first endpoint in address order
+// whose name matches, compared case-insensitively so that a lookup does not
+// depend on how a CNI capitalised its endpoint's name.
+func (f *Fake) GetEndpointByName(ctx context.Context, name string) (Endpoint, error) {
+	if err := f.call(ctx, "GetEndpointByName", name); err != nil {
+		return Endpoint{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, ep := range f.sortedEndpoints() {
+		if strings.EqualFold(ep.Name, name) {
+			return ep, nil
+		}
+	}
+	return Endpoint{}, fmt.Errorf("endpoint named %q: %w", name, ErrNotFound)
+}

@@ -271,16 +271,8 @@ func networkFromHCN(nw *hcn.HostComputeNetwork) (Network, error) {
 }
 
 func endpointsFromHCN(ep *hcn.HostComputeEndpoint) []Endpoint {
-	base := Endpoint{ID: strings.ToLower(ep.Id), Name: ep.Name, Remote: ep.Flags&hcn.EndpointFlagsRemoteEndpoint != 0, MAC: ep.MacAddress}
-	for _, p := range ep.Policies {
-		if p.Type != hcn.NetworkProviderAddress {
-			continue
-		}
-		var s hcn.ProviderAddressEndpointPolicySetting
-		if json.Unmarshal(p.Settings, &s) == nil {
-			base.ProviderAddress, _ = netip.ParseAddr(s.ProviderAddress)
-		}
-	}
+	base := Endpoint{ID: strings.ToLower(ep.Id), Name: ep.Name, Remote: ep.Flags&hcn.EndpointFlagsRemoteEndpoint != 0, MAC: ep.MacAddress,
+		ProviderAddress: providerAddressOfPolicies(ep.Policies)}
 	var out []Endpoint
 	for _, c := range ep.IpConfigurations {
 		a, err := netip.ParseAddr(c.IpAddress)

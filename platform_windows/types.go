@@ -216,6 +216,12 @@ type HNS interface {
 	// none is named).
 	ListNetworks(ctx context.Context) ([]Network, error)
 	ListEndpoints(ctx context.Context, networkID string) ([]Endpoint, error)
+	// GetEndpointByName finds one endpoint of any network by its name,
+	// including endpoints created through the V1 API that V2 listings may
+	// not show (kubernetes #110591: Calico's Calico_ep, flannel host-gw's
+	// cbr0_ep, the SDN scripts' cbr0); ErrNotFound (wrapped) when there is
+	// none.
+	GetEndpointByName(ctx context.Context, name string) (Endpoint, error)
 	CreateRemoteEndpoint(ctx context.Context, networkID string, ep Endpoint) (Endpoint, error)
 	// CreateLocalEndpoint creates an endpoint on this host (the overlay source
 	// VIP endpoint, with the host's MAC and its provider address).
