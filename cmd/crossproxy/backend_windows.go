@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -47,6 +48,18 @@ func newBackend(cfg platform.BackendConfig, log logrus.FieldLogger) (platform.Ba
 	// overlay node without a source VIP reserves one through the pods' IPAM
 	// (host-local), as the CNI does for pods.
 	c.CNI, c.IPAM = nodeCNI(cfg, os.Getenv("CNI_PATH"), log)
+	// Read again by the backend until a network is settled from it and at
+	// every full sync: a HostProcess CNI is usually installed after
+	// crossproxy starts. The backend logs what it takes.
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	c.CNISource = func() (*hns.CNIConfig, hns.IPAM) {
+		conf, ipam := nodeCNI(cfg, os.Getenv("CNI_PATH"), quiet)
+		if conf == nil {
+			return nil, nil
+		}
+		return conf, ipam
+	}
 	if cfg.SourceVIP != "" {
 		a, err := netip.ParseAddr(cfg.SourceVIP)
 		if err != nil {
