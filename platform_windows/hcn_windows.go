@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"sort"
 	"strings"
@@ -30,8 +31,9 @@ const portMappingFlagsVipExternalIP hcn.LoadBalancerPortMappingFlags = 16
 
 var _ HNS = HCN{}
 
-// Features implements HNS from the HNS version and hcn's table of the
-// versions each feature needs. It asks HNS every time: hcn's own cached
+// Features implements HNS from the HNS version and the tables of the
+// versions each feature needs (hcn's, and crossproxy's own for in-place
+// modify). It asks HNS every time: hcn's own cached
 // query would remember a failure (HNS not started yet at boot) forever.
 func (HCN) Features(ctx context.Context) (Features, error) {
 	if err := ctx.Err(); err != nil {
@@ -50,10 +52,24 @@ func featuresOf(v hcn.Version) Features {
 		APIV2:              inRanges(v, hcn.V2ApiSupport),
 		DSR:                inRanges(v, hcn.DSRVersion),
 		IPv6DualStack:      inRanges(v, hcn.IPv6DualStackVersion),
-		ModifyLoadBalancer: inRanges(v, hcn.ModifyLoadbalancerVersion),
+		ModifyLoadBalancer: inRanges(v, modifyLoadBalancerVersions),
 		SessionAffinity:    inRanges(v, hcn.SessionAffinityVersion),
 		RemoteSubnet:       inRanges(v, hcn.RemoteSubnetVersion),
 	}
+}
+
+// modifyLoadBalancerVersions are the HNS versions whose in-place
+// ModifyLoadBalancer keeps what it is given: 15.5 and later within 15.x, and
+// 16.0 and later. It is crossproxy's own table, not hcsshim v0.15.0's
+// hcn.ModifyLoadbalancerVersion (15.4 and later): HNS 15.4 (Windows Server
+// 2025) accepts the modify and keeps the load balancer's old endpoints
+// (kubernetes #131466), so on 15.4 crossproxy must delete and create. The
+// ranges are microsoft/hnslib's hcn/hcnglobals.go ModifyLoadbalancerVersion
+// after its commits ae833b3 (15.5 to 15.x, taken into kube-proxy by
+// kubernetes #131506) and 1fbf93f (16.0 and later).
+var modifyLoadBalancerVersions = hcn.VersionRanges{
+	{MinVersion: hcn.Version{Major: 15, Minor: 5}, MaxVersion: hcn.Version{Major: 15, Minor: math.MaxInt32}},
+	{MinVersion: hcn.Version{Major: 16, Minor: 0}, MaxVersion: hcn.Version{Major: math.MaxInt32, Minor: math.MaxInt32}},
 }
 
 func inRanges(v hcn.Version, ranges hcn.VersionRanges) bool {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -147,7 +148,8 @@ func TestHCNHonoursContext(t *testing.T) {
 	}
 }
 
-// TestHCNFeaturesOfVersion checks feature detection against hcn's version table.
+// TestHCNFeaturesOfVersion checks feature detection against hcn's version
+// tables and crossproxy's own for in-place modify.
 func TestHCNFeaturesOfVersion(t *testing.T) {
 	for _, c := range []struct {
 		v    hcn.Version
@@ -158,10 +160,46 @@ func TestHCNFeaturesOfVersion(t *testing.T) {
 		{hcn.Version{Major: 10, Minor: 1}, Features{APIV2: true, RemoteSubnet: true}}, // DSR came back in 10.2
 		{hcn.Version{Major: 12, Minor: 0}, Features{APIV2: true, DSR: true, RemoteSubnet: true, IPv6DualStack: true, SessionAffinity: true}},
 		{hcn.Version{Major: 15, Minor: 3}, Features{APIV2: true, DSR: true, RemoteSubnet: true, IPv6DualStack: true, SessionAffinity: true}},
-		{hcn.Version{Major: 15, Minor: 4}, AllFeatures()},
+		// HNS 15.4 (Windows Server 2025) accepts ModifyLoadBalancer and
+		// keeps the old endpoints (kubernetes #131466): no modify there.
+		{hcn.Version{Major: 15, Minor: 4}, Features{APIV2: true, DSR: true, RemoteSubnet: true, IPv6DualStack: true, SessionAffinity: true}},
+		{hcn.Version{Major: 15, Minor: 5}, AllFeatures()},
+		{hcn.Version{Major: 15, Minor: 99}, AllFeatures()},
+		{hcn.Version{Major: 16, Minor: 0}, AllFeatures()},
+		{hcn.Version{Major: 17, Minor: 2}, AllFeatures()},
 	} {
 		if got := featuresOf(c.v); got != c.want {
 			t.Errorf("HNS %d.%d: got %+v, want %+v", c.v.Major, c.v.Minor, got, c.want)
+		}
+	}
+}
+
+// TestHCNModifyLoadBalancerTable pins crossproxy's in-place modify table to
+// microsoft/hnslib hcn/hcnglobals.go ModifyLoadbalancerVersion as of hnslib
+// commit 1fbf93f (15.5 to 15.x, and 16.0 on), and checks it differs from
+// hcsshim's: when hcsshim adopts hnslib's ranges (or hnslib changes them
+// again), this test says so and the table is reviewed, not silently kept.
+func TestHCNModifyLoadBalancerTable(t *testing.T) {
+	want := hcn.VersionRanges{
+		{MinVersion: hcn.Version{Major: 15, Minor: 5}, MaxVersion: hcn.Version{Major: 15, Minor: math.MaxInt32}},
+		{MinVersion: hcn.Version{Major: 16, Minor: 0}, MaxVersion: hcn.Version{Major: math.MaxInt32, Minor: math.MaxInt32}},
+	}
+	if !reflect.DeepEqual(modifyLoadBalancerVersions, want) {
+		t.Fatalf("crossproxy's modify table %+v, want hnslib's %+v", modifyLoadBalancerVersions, want)
+	}
+	if reflect.DeepEqual(hcn.ModifyLoadbalancerVersion, want) {
+		t.Fatal("hcsshim's hcn.ModifyLoadbalancerVersion now equals hnslib's: use it and drop crossproxy's copy")
+	}
+	if !inRanges(hcn.Version{Major: 15, Minor: 4}, hcn.ModifyLoadbalancerVersion) {
+		t.Fatal("hcsshim's table no longer includes 15.4: review modifyLoadBalancerVersions against it")
+	}
+	// Every version on a range's edge, both sides.
+	for v, want := range map[hcn.Version]bool{
+		{Major: 15, Minor: 4}: false, {Major: 15, Minor: 5}: true, {Major: 15, Minor: math.MaxInt32}: true,
+		{Major: 16, Minor: 0}: true, {Major: 14, Minor: 9}: false, {Major: math.MaxInt32, Minor: math.MaxInt32}: true,
+	} {
+		if got := inRanges(v, modifyLoadBalancerVersions); got != want {
+			t.Errorf("HNS %d.%d: modify %v, want %v", v.Major, v.Minor, got, want)
 		}
 	}
 }
