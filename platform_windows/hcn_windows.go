@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"github.com/Microsoft/hcsshim/hcn"
-	"golang.org/x/sys/windows"
 )
 
 // HCN is the real HNS, reached through github.com/Microsoft/hcsshim/hcn. It
@@ -227,32 +226,6 @@ func (HCN) DeleteLoadBalancer(ctx context.Context, id string) error {
 		return fmt.Errorf("delete load balancer %s: %w", id, mapErr(err))
 	}
 	return nil
-}
-
-// mapErr adds this package's sentinel errors to hcn's so callers can branch
-// on them with errors.Is.
-func mapErr(err error) error {
-	var nwNotFound hcn.NetworkNotFoundError
-	var epNotFound hcn.EndpointNotFoundError
-	var lbNotFound hcn.LoadBalancerNotFoundError
-	switch {
-	case hcn.IsElementNotFoundError(err), errors.As(err, &nwNotFound), errors.As(err, &epNotFound), errors.As(err, &lbNotFound):
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
-	case hcn.IsPortAlreadyExistsError(err):
-		return fmt.Errorf("%w: %w", ErrDuplicateFrontend, err)
-	case hcn.IsNotImplemented(err):
-		return fmt.Errorf("%w: %w", ErrNotImplemented, err)
-	case isAlreadyExists(err):
-		return fmt.Errorf("%w: %w", ErrAlreadyExists, err)
-	}
-	return err
-}
-
-// isAlreadyExists recognises ERROR_ALREADY_EXISTS (0xb7), which HNS returns
-// for an object it already has; hcn has no helper, and kube-proxy matches the
-// code in the message as well.
-func isAlreadyExists(err error) bool {
-	return hcn.CheckErrorWithCode(err, hcn.ErrorCode(windows.ERROR_ALREADY_EXISTS)) || strings.Contains(err.Error(), "0xb7")
 }
 
 func networkFromHCN(nw *hcn.HostComputeNetwork) (Network, error) {
