@@ -94,10 +94,9 @@ func newServiceInstallCommand() *cobra.Command {
 				return fmt.Errorf("create service %s: %w", name, err)
 			}
 			defer s.Close() //nolint:errcheck // nothing to do about it
-			// Restart after a crash: 5 s, 10 s, then every 30 s; the failure count resets after a day.
-			actions := []mgr.RecoveryAction{{Type: mgr.ServiceRestart, Delay: 5 * time.Second}, {Type: mgr.ServiceRestart, Delay: 10 * time.Second}, {Type: mgr.ServiceRestart, Delay: 30 * time.Second}}
-			if err := s.SetRecoveryActions(actions, 86400); err != nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "warning: service %s: set recovery actions: %v\n", name, err)
+			if err := setRestartOnFailure(s, cmd.ErrOrStderr()); err != nil {
+				_ = s.Delete()
+				return fmt.Errorf("service %s: %w", name, err)
 			}
 			if err := eventlog.InstallAsEventCreate(name, eventlog.Error|eventlog.Warning|eventlog.Info); err != nil && !strings.Contains(err.Error(), "exists") {
 				_ = s.Delete()
@@ -114,6 +113,56 @@ func newServiceInstallCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&manual, "manual", false, "start on demand instead of at boot")
 	addFakeHNSFlag(cmd, &fakeNetwork, "the service programs an in-memory HNS (see service run)")
 	return cmd
+}
+
+// restartDelays are the waits before the service manager restarts the
+// service after its first, second and every later failure; the count of
+// failures resets after restartResetPeriod without one.
+var restartDelays = []time.Duration{5 * time.Second, 10 * time.Second, 30 * time.Second}
+
+// restartResetPeriod is a day, in seconds, as SERVICE_FAILURE_ACTIONS wants it.
+const restartResetPeriod = 86400
+
+// recoveryConfigurer is the part of *mgr.Service that configures what the
+// service manager does when the service fails; an interface so a test can
+// check that install sets both parts without a service manager.
+type recoveryConfigurer interface {
+	SetRecoveryActions(actions []mgr.RecoveryAction, resetPeriod uint32) error
+	SetRecoveryActionsOnNonCrashFailures(flag bool) error
+}
+
+// setRestartOnFailure makes the service manager restart the service after
+// every failure. The restart actions alone cover only a crash (the process
+// ending without reporting SERVICE_STOPPED). When the sync loop ends by
+// itself (bad flags, no network, HNS not ready at boot) the service reports
+// SERVICE_STOPPED with a service-specific exit code, and the service manager
+// runs the failure actions for that only with
+// fFailureActionsOnNonCrashFailures set (SERVICE_FAILURE_ACTIONS_FLAG);
+// without it such a node stays without a proxy until someone acts. A clean
+// stop (exit 0) is never restarted. The MSI sets the same two through its
+// MsiServiceConfigFailureActions and MsiServiceConfig tables.
+//
+// A service manager that does not know that setting (ERROR_INVALID_LEVEL:
+// Wine's, whose service test installs this way) gets a warning on warn, and
+// the service still restarts after a crash; any other failure is an error.
+func setRestartOnFailure(s recoveryConfigurer, warn io.Writer) error {
+	actions := make([]mgr.RecoveryAction, 0, len(restartDelays))
+	for _, d := range restartDelays {
+		actions = append(actions, mgr.RecoveryAction{Type: mgr.ServiceRestart, Delay: d})
+	}
+	if err := s.SetRecoveryActions(actions, restartResetPeriod); err != nil {
+		return fmt.Errorf("set restart on failure: %w", err)
+	}
+	err := s.SetRecoveryActionsOnNonCrashFailures(true)
+	switch {
+	case errors.Is(err, windows.ERROR_INVALID_LEVEL):
+		_, werr := fmt.Fprintf(warn, "warning: this service manager does not support restart on a stop with a non-zero exit code "+
+			"(SERVICE_CONFIG_FAILURE_ACTIONS_FLAG: %v): the service restarts after a crash only\n", err)
+		return werr
+	case err != nil:
+		return fmt.Errorf("set restart on a stop with a non-zero exit code (SERVICE_CONFIG_FAILURE_ACTIONS_FLAG): %w", err)
+	}
+	return nil
 }
 
 // newServiceOpCommand builds a subcommand that acts on the installed
