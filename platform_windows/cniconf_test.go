@@ -15,11 +15,15 @@ import (
 // sigWindowsToolsFlannel is sig-windows-tools' HostProcess flannel
 // configuration as its start.ps1 writes it to C:\etc\cni\net.d\10-flannel.conf
 // (hostprocess/flannel/flanneld/flannel-overlay.yml, the policies filled in):
-// flannel's meta plugin, cniVersion 0.2.0, delegating to sdnoverlay; flannel
-// names its HNS network flannel.<VNI> (pkg/backend/vxlan/vxlan_windows.go).
+// flannel's meta plugin, cniVersion 0.3.0 (0.2.0 is Microsoft SDN's and
+// the old kube-proxy start script's source-VIP request, not flannel's),
+// delegating to sdnoverlay; flannel names its HNS network flannel.<VNI>
+// (pkg/backend/vxlan/vxlan_windows.go). sig-windows-tools' earlier wins-based
+// kube-flannel.yml cni-conf.json has the same name and cniVersion 0.3.0,
+// delegating to win-overlay.
 const sigWindowsToolsFlannel = `{
   "name": "flannel.4096",
-  "cniVersion": "0.2.0",
+  "cniVersion": "0.3.0",
   "type": "flannel",
   "capabilities": {"portMappings": true, "dns": true},
   "delegate": {
@@ -104,7 +108,7 @@ func TestReadCNIConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.File != filepath.Join(etc, "10-flannel.conf") || c.Name != "flannel.4096" || c.Type != "flannel" || c.IPAMType != "host-local" || c.CNIVersion != "0.2.0" || c.DataDir != "" {
+	if c.File != filepath.Join(etc, "10-flannel.conf") || c.Name != "flannel.4096" || c.Type != "flannel" || c.IPAMType != "host-local" || c.CNIVersion != "0.3.0" || c.DataDir != "" {
 		t.Fatalf("sig-windows-tools' flannel: %s", c)
 	}
 	writeConf(t, k, "cni.conf", calicoVXLAN)

@@ -43,6 +43,54 @@ type Fake struct {
 	updateNotImpl bool
 	// reserved are host port reservations: "TCP/30080".
 	reserved map[string]bool
+
+	// What a Windows Server release's HNS does (Profile), and the node's
+	// life the layouts play (fake_helpers_test.go).
+	profile Profile
+	// absent: the pod network does not exist yet (the CNI makes it after
+	// boot; only others, such as External, are there).
+	absent bool
+	// v1 are endpoints made through HNS' V1 API: a V2 listing of the
+	// network does not show them when the profile says so (HideV1Endpoints).
+	v1 map[string]bool
+	// leaked are port locks HNS kept after a failed delete (kubernetes
+	// #137530): "TCP/30080" -> creates on the port still refused.
+	leaked map[string]int
+	// listRace runs inside a listing, between enumerating the ids and
+	// opening each object, as a concurrent delete by the CNI would.
+	listRace func()
+	// dll counts the calls hcn makes into computenetwork.dll for each HNS
+	// call (hnsCost): what a method costs on a real node.
+	dll int
+	// gone is when each frontend lost its load balancer and outage the
+	// longest time one was without (a delete followed by a create).
+	gone   map[string]time.Time
+	outage map[string]time.Duration
+}
+
+// Profile is how one Windows Server release's HNS behaves where crossproxy
+// can tell the difference; the profiles themselves, each knob with its
+// public source, are in the package's tests (profiles_test.go).
+type Profile struct {
+	// Name is the release ("ws2019") and Version HNS' version on it.
+	Name, Version string
+	// Features are what crossproxy detects on it.
+	Features Features
+	// ModifyKeepsEndpoints: a load balancer modify succeeds and HNS keeps
+	// the old endpoint list (HNS 15.4, kubernetes #131466).
+	ModifyKeepsEndpoints bool
+	// RehydrateAfterRestart: after an HNS restart the load balancers are
+	// back under new ids (kubernetes #139519); else they and the remote
+	// endpoints are gone.
+	RehydrateAfterRestart bool
+	// ListFailsOnConcurrentDelete: an object deleted between a listing's
+	// enumerate and its open fails the whole listing with element not
+	// found (hcsshim hcn/hcnendpoint.go enumerateEndpoints: every id is
+	// opened in turn and the first failure is returned).
+	ListFailsOnConcurrentDelete bool
+	// HideV1Endpoints: endpoints made through the V1 API are missing from
+	// ListEndpointsOfNetwork (kubernetes #110591).
+	HideV1Endpoints bool
 }
 
 // NewFake returns a fake HNS with one network, the given features, and the
@@ -52,7 +100,8 @@ func NewFake(nw Network, features Features, endpoints ...Endpoint) *Fake {
 		nw.ID = "00000000-0000-4000-8000-00000000BEEF"
 	}
 	f := &Fake{features: features, network: nw, eps: map[string]Endpoint{}, lbs: map[string]LoadBalancer{},
-		calls: map[string]int{}, reserved: map[string]bool{}}
+		calls: map[string]int{}, reserved: map[string]bool{}, v1: map[string]bool{}, leaked: map[string]int{},
+		gone: map[string]time.Time{}, outage: map[string]time.Duration{}}
 	for _, ep := range endpoints {
 		ep.ID = f.newID()
 		f.eps[ep.ID] = ep
@@ -93,6 +142,7 @@ func (f *Fake) sortedEndpoints() []Endpoint {
 func (f *Fake) call(ctx context.Context, method, arg string) error {
 	f.mu.Lock()
 	f.calls[method]++
+	f.dll += hnsCost[method]
 	f.inFlight++
 	f.maxIn = max(f.maxIn, f.inFlight)
 	latency, fail := f.latency, f.fail
@@ -113,6 +163,23 @@ func (f *Fake) call(ctx context.Context, method, arg string) error {
 	}
 	return nil
 }
+
+// hnsCost is how many calls into computenetwork.dll hcsshim v0.15.0's hcn
+// makes for one HNS call, before the per-object part of listings
+// (listCost): a create opens the network, creates, queries and closes both
+// (hcn/hcnendpoint.go createEndpoint), a load balancer's create creates,
+// queries and closes (hcnloadbalancer.go createLoadBalancer), a modify
+// opens, modifies, queries and closes, a delete is one call, a query by
+// name is an enumerate with a filter, and the version one query.
+var hnsCost = map[string]int{
+	"Features": 1, "GetNetwork": 1, "ListNetworks": 1, "ListEndpoints": 1, "ListLoadBalancers": 1, "GetEndpointByName": 1,
+	"CreateRemoteEndpoint": 5, "CreateLocalEndpoint": 5, "CreateLoadBalancer": 3, "UpdateLoadBalancer": 4,
+	"DeleteEndpoint": 1, "DeleteLoadBalancer": 1,
+}
+
+// listCost is what each object a listing returns costs: hcn enumerates the
+// ids, then opens, queries and closes each (enumerateEndpoints, getEndpoint).
+const listCost = 3
 
 // after asks failAfter once a create or update has changed the state.
 func (f *Fake) after(method, arg string) error {
@@ -142,12 +209,19 @@ func (f *Fake) GetNetwork(ctx context.Context, name string) (Network, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !strings.EqualFold(name, f.network.Name) {
+	nw, ok := Network{}, false
+	for _, n := range f.networks() {
+		if strings.EqualFold(name, n.Name) {
+			nw, ok = n, true
+			break
+		}
+	}
+	if !ok {
 		return Network{}, fmt.Errorf("network %q: %w", name, ErrNotFound)
 	}
+	f.dll += listCost
 	// HNS reports the network afresh on each query: the caller's copy shares
 	// nothing with it, its subnets (Ipams) included.
-	nw := f.network
 	nw.RemoteSubnets = slices.Clone(nw.RemoteSubnets)
 	nw.Subnets = slices.Clone(nw.Subnets)
 	return nw, nil
@@ -161,8 +235,18 @@ func (f *Fake) ListNetworks(ctx context.Context) ([]Network, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := []Network{f.network}
-	return append(out, f.others...), nil
+	out := f.networks()
+	f.dll += listCost * len(out)
+	return out, nil
+}
+
+// networks are the node's networks: the pod network (once it exists) and the others.
+func (f *Fake) networks() []Network {
+	var out []Network
+	if !f.absent {
+		out = append(out, f.network)
+	}
+	return append(out, f.others...)
 }
 
 // ListEndpoints implements HNS.
@@ -171,11 +255,43 @@ func (f *Fake) ListEndpoints(ctx context.Context, networkID string) ([]Endpoint,
 		return nil, err
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if networkID != f.network.ID {
+	if networkID != f.network.ID || f.absent {
+		f.mu.Unlock()
 		return nil, fmt.Errorf("network %s: %w", networkID, ErrNotFound)
 	}
-	return f.sortedEndpoints(), nil
+	enumerated := f.listed()
+	race := f.listRace
+	f.mu.Unlock()
+	if race != nil {
+		race()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Endpoint
+	for _, ep := range enumerated {
+		cur, ok := f.eps[ep.ID]
+		if !ok {
+			if f.profile.ListFailsOnConcurrentDelete {
+				return nil, fmt.Errorf("open endpoint %s: element not found: %w", ep.ID, ErrNotFound)
+			}
+			continue
+		}
+		f.dll += listCost
+		out = append(out, cur)
+	}
+	return out, nil
+}
+
+// listed are the endpoints a V2 listing of the network enumerates.
+func (f *Fake) listed() []Endpoint {
+	var out []Endpoint
+	for _, ep := range f.sortedEndpoints() {
+		if f.v1[ep.ID] && f.profile.HideV1Endpoints {
+			continue
+		}
+		out = append(out, ep)
+	}
+	return out
 }
 
 // CreateRemoteEndpoint implements HNS.
@@ -197,7 +313,7 @@ func (f *Fake) createEndpoint(ctx context.Context, method, networkID string, ep 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
-	case networkID != f.network.ID:
+	case networkID != f.network.ID || f.absent:
 		return Endpoint{}, fmt.Errorf("network %s: %w", networkID, ErrNotFound)
 	case !ep.IP.IsValid():
 		return Endpoint{}, fmt.Errorf("endpoint without address: %w", ErrInvalid)
@@ -245,6 +361,7 @@ func (f *Fake) ListLoadBalancers(ctx context.Context) ([]LoadBalancer, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.dll += listCost * len(f.lbs)
 	return f.sortedLBs(), nil
 }
 
@@ -255,12 +372,17 @@ func (f *Fake) CreateLoadBalancer(ctx context.Context, lb LoadBalancer) (LoadBal
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if port := fmt.Sprintf("%s/%d", lb.Protocol, lb.ExternalPort); f.leaked[port] > 0 {
+		f.leaked[port]--
+		return LoadBalancer{}, fmt.Errorf("load balancer %s: HNS still holds the port's lock (HCN_E_PORT_ALREADY_EXISTS): %w", lb.frontend(), ErrDuplicateFrontend)
+	}
 	if err := f.validate(lb, ""); err != nil {
 		return LoadBalancer{}, err
 	}
 	lb = cloneLB(lb)
 	lb.ID = f.newID()
 	f.lbs[lb.ID] = lb
+	f.back(lb.frontend())
 	if err := f.after("CreateLoadBalancer", lb.frontend()); err != nil {
 		return LoadBalancer{}, err
 	}
@@ -285,6 +407,9 @@ func (f *Fake) UpdateLoadBalancer(ctx context.Context, id string, lb LoadBalance
 	}
 	lb = cloneLB(lb)
 	lb.ID = id
+	if f.profile.ModifyKeepsEndpoints {
+		lb.EndpointIDs = cloneLB(f.lbs[id]).EndpointIDs
+	}
 	f.lbs[id] = lb
 	if err := f.after("UpdateLoadBalancer", id); err != nil {
 		return LoadBalancer{}, err
@@ -299,11 +424,21 @@ func (f *Fake) DeleteLoadBalancer(ctx context.Context, id string) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.lbs[id]; !ok {
+	lb, ok := f.lbs[id]
+	if !ok {
 		return fmt.Errorf("load balancer %s: %w", id, ErrNotFound)
 	}
 	delete(f.lbs, id)
+	f.gone[lb.frontend()] = time.Now()
 	return nil
+}
+
+// back records how long a frontend was without a load balancer.
+func (f *Fake) back(frontend string) {
+	if t, ok := f.gone[frontend]; ok {
+		f.outage[frontend] = max(f.outage[frontend], time.Since(t))
+		delete(f.gone, frontend)
+	}
 }
 
 // validate checks a load balancer as HNS does before accepting it; self is
@@ -399,6 +534,7 @@ func (f *Fake) GetEndpointByName(ctx context.Context, name string) (Endpoint, er
 	defer f.mu.Unlock()
 	for _, ep := range f.sortedEndpoints() {
 		if strings.EqualFold(ep.Name, name) {
+			f.dll += listCost
 			return ep, nil
 		}
 	}

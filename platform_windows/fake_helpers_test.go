@@ -2,6 +2,7 @@ package hns
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -196,4 +197,119 @@ func (f *Fake) ChangeBehind(id string, change func(*LoadBalancer)) {
 	lb := f.lbs[id]
 	change(&lb)
 	f.lbs[id] = lb
+}
+
+// NewFakeProfile returns a fake HNS that behaves as the profile's Windows
+// Server release does, with one network (not counted as calls).
+func NewFakeProfile(nw Network, p Profile) *Fake {
+	f := NewFake(nw, p.Features)
+	f.profile = p
+	return f
+}
+
+// NetworkLater makes the pod network absent until MakeNetwork: the node has
+// booted and only the networks made before the CNI (External) are there.
+func (f *Fake) NetworkLater() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.absent = true
+}
+
+// MakeNetwork is the CNI making its network.
+func (f *Fake) MakeNetwork() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.absent = false
+}
+
+// AddV1Endpoint adds an endpoint made through HNS' V1 API (Calico's
+// Calico_ep, flannel host-gw's cbr0_ep): a V2 listing of the network
+// misses it where the profile says so (not counted as a call).
+func (f *Fake) AddV1Endpoint(ep Endpoint) string {
+	id := f.AddEndpoint(ep)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.v1[id] = true
+	return id
+}
+
+// CNICreateLocalEndpoint is the CNI creating a pod's endpoint, with HNS'
+// check: a local endpoint is refused while any endpoint, remote ones
+// included, has its address (kubernetes #130963).
+func (f *Fake) CNICreateLocalEndpoint(name string, a netip.Addr) (string, error) {
+	f.mu.Lock()
+	for id, ep := range f.eps {
+		if ep.IP == a {
+			f.mu.Unlock()
+			return "", fmt.Errorf("create endpoint %s: address already used by endpoint %s (%s): %w", a, id, ep.Name, ErrInvalid)
+		}
+	}
+	f.mu.Unlock()
+	return f.AddLocalEndpoint(name, a), nil
+}
+
+// CNIDeleteEndpoint is the CNI deleting a pod's endpoint (not a call).
+func (f *Fake) CNIDeleteEndpoint(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.eps, id)
+}
+
+// AddRemoteSubnet is the CNI adding a RemoteSubnetRoute for a node that
+// joined (flannel's handleSubnetEvents).
+func (f *Fake) AddRemoteSubnet(s RemoteSubnet) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.network.RemoteSubnets = append(slices.Clone(f.network.RemoteSubnets), s)
+}
+
+// LeakPortLock makes HNS refuse the next n load balancer creates on the
+// port with HCN_E_PORT_ALREADY_EXISTS, as a lock left by a failed delete
+// does (kubernetes #137530).
+func (f *Fake) LeakPortLock(proto Protocol, port uint16, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.leaked[fmt.Sprintf("%s/%d", proto, port)] = n
+}
+
+// SetListRace runs fn inside the next endpoint listings, between the
+// enumerate and the opens (nil: none).
+func (f *Fake) SetListRace(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.listRace = fn
+}
+
+// DLLCalls is how many calls into computenetwork.dll hcn would have made
+// for the calls since the last ResetDLL (hnsCost, listCost).
+func (f *Fake) DLLCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dll
+}
+
+// ResetDLL zeroes DLLCalls.
+func (f *Fake) ResetDLL() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dll = 0
+}
+
+// Outage is, per frontend, the longest time it was without a load
+// balancer between a delete and the create that replaced it.
+func (f *Fake) Outage() map[string]time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.outage)
+}
+
+// RestartHNS restarts HNS as the profile's release does: load balancers
+// restored under new ids, or everything crossproxy relies on lost (lost
+// names the local endpoints that go too, see RestartLosingState).
+func (f *Fake) RestartHNS(lost ...netip.Addr) {
+	if f.profile.RehydrateAfterRestart {
+		f.Restart()
+		return
+	}
+	f.RestartLosingState(lost...)
 }

@@ -56,7 +56,7 @@ func podADD(t *testing.T, c *CNIConfig, dataDir, container string, subnet netip.
 // TestHostLocalLayouts runs the real host-local plugin through the CNI
 // configuration of two real layouts, with no network name and no IPAM flag
 // given: sig-windows-tools' HostProcess flannel (C:\etc\cni\net.d\10-flannel.conf,
-// cniVersion 0.2.0, network flannel.4096) and Microsoft's SDN flannel
+// cniVersion 0.3.0, network flannel.4096) and Microsoft's SDN flannel
 // overlay (C:\k\cni\config\cni.conf, network vxlan0). host-local's default
 // dataDir is moved to a temporary directory (the one thing the test
 // changes). The network and the IPAM come from the configuration; pods'

@@ -45,9 +45,18 @@ var errWaitingForCalico = errors.New("waiting for Calico's host endpoint")
 // network's own subnets (Network.Subnets; the Node's spec.podCIDRs only when
 // HNS reports none), in this order:
 //  1. the explicit one (flag, config file, Node annotation), which must lie
-//     in those subnets;
+//     in those subnets (on Calico's network only when HNS reports them:
+//     the Node's pod CIDR is not Calico's block);
 //  2. on Calico's network, calico-node's Calico_ep once it exists, even
-//     over an address chosen before it appeared;
+//     over an address chosen before it appeared. In VXLAN mode calico-node
+//     makes it a remote endpoint (IsRemoteEndpoint, its provider address
+//     the node's management IP, the host's MAC) at the second address of
+//     the node's block, through the V1 API (projectcalico/calico
+//     cni-plugin/pkg/dataplane/windows/dataplane_windows.go
+//     createAndAttachVxlanHostEP); in BGP mode (L2Bridge) a local one
+//     (CreateAndAttachHostEP). Either is used as it is: nothing is reserved
+//     and no endpoint made. One a V2 listing does not show (V1-created,
+//     kubernetes #110591) is found by name;
 //  3. the one chosen before by this process;
 //  4. a source-VIP endpoint already on the network in those subnets:
 //     crossproxy's, kube-proxy's (a local endpoint with the host's MAC) or
@@ -64,18 +73,28 @@ func (b *Backend) chooseSourceVIP(ctx context.Context, state *core.NodeState, no
 	inSubnets := func(a netip.Addr) bool {
 		return len(cidrs) == 0 || slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Contains(a) })
 	}
-	calico, haveCalico := b.calicoEndpoint(inSubnets)
+	// Calico's block is the network's subnet; without HNS reporting it the
+	// Node's pod CIDR stands in, which calico-ipam does not use.
+	calicoLoose := b.isCalico() && where.kind != subnetOfNetwork
+	calico, haveCalico, err := b.calicoEndpoint(ctx, func(a netip.Addr) bool { return calicoLoose || inSubnets(a) })
+	if err != nil {
+		return err
+	}
 	vip, from := netip.Addr{}, ""
 	switch {
 	case b.cfg.SourceVIP.IsValid():
 		origin := cmp.Or(b.cfg.SourceVIPOrigin, "configuration")
-		if !inSubnets(b.cfg.SourceVIP) {
+		if !inSubnets(b.cfg.SourceVIP) && !calicoLoose {
 			return fmt.Errorf("%w: the source VIP %s (%s) is outside the %s: HNS would source-NAT to an address "+
 				"the node's pods are not reached on; give an address of the node's own pod subnet", ErrInvalid, b.cfg.SourceVIP, origin, where.at(prefixes(cidrs)))
 		}
 		vip, from = b.cfg.SourceVIP, origin
 	case haveCalico:
-		vip, from = calico.IP, fmt.Sprintf("the existing HNS endpoint %q (calico-node's)", calico.Name)
+		kind := "local"
+		if calico.Remote {
+			kind = "remote, Calico's VXLAN mode"
+		}
+		vip, from = calico.IP, fmt.Sprintf("the existing HNS endpoint %q (calico-node's, %s)", calico.Name, kind)
 	case b.sourceVIP.IsValid() && inSubnets(b.sourceVIP):
 		vip, from = b.sourceVIP, b.sourceVIPFrom
 	default:
@@ -105,6 +124,9 @@ func (b *Backend) chooseSourceVIP(ctx context.Context, state *core.NodeState, no
 // errors and logs: "pod CIDR 10.244.1.0/24 of Node win-1".
 type subnetSource struct{ kind, owner string }
 
+// subnetOfNetwork is the subnetSource kind of the HNS network's own subnets.
+const subnetOfNetwork = "subnet"
+
 func (s subnetSource) at(prefixes string) string { return s.kind + " " + prefixes + " of " + s.owner }
 
 // vipSubnets are the subnets of the node address's family a source VIP must
@@ -120,7 +142,7 @@ func (b *Backend) vipSubnets(state *core.NodeState, nodeIP netip.Addr) ([]netip.
 		}
 	}
 	if len(cidrs) > 0 {
-		return cidrs, subnetSource{"subnet", fmt.Sprintf("HNS network %q", b.network.Name)}
+		return cidrs, subnetSource{subnetOfNetwork, fmt.Sprintf("HNS network %q", b.network.Name)}
 	}
 	if c := b.cfg.CNI; c != nil {
 		for _, p := range c.Subnets {
@@ -147,11 +169,11 @@ func (b *Backend) isCalico() bool {
 		return true
 	}
 	for _, ep := range b.byIP {
-		if !ep.Remote && isCalicoEndpointName(ep.Name, b.network.Name) {
+		if isCalicoEndpointName(ep.Name, b.network.Name) {
 			return true
 		}
 	}
-	return false
+	return b.calicoByName.IP.IsValid()
 }
 
 // isCalicoEndpointName recognises calico-node's host endpoint: "Calico_ep",
@@ -160,19 +182,51 @@ func isCalicoEndpointName(name, network string) bool {
 	return strings.EqualFold(name, calicoSourceVIPEndpoint) || (network != "" && strings.EqualFold(name, network+"_ep"))
 }
 
-// calicoEndpoint finds calico-node's host endpoint within the subnets.
-func (b *Backend) calicoEndpoint(inSubnets func(netip.Addr) bool) (Endpoint, bool) {
+// calicoEndpoint finds calico-node's host endpoint Calico_ep (or
+// "<network>_ep"), local or remote, among the network's endpoints; on a
+// network named Calico's where the listing shows none, by name (HNS' V1
+// lookup sees what a V2 listing may hide), at most once per full sync
+// (calicoLookup) while it is not there.
+func (b *Backend) calicoEndpoint(ctx context.Context, fits func(netip.Addr) bool) (Endpoint, bool, error) {
 	var found []Endpoint
 	for _, ep := range b.byIP {
-		if !ep.Remote && isCalicoEndpointName(ep.Name, b.network.Name) && inSubnets(ep.IP) {
+		if isCalicoEndpointName(ep.Name, b.network.Name) && fits(ep.IP) {
 			found = append(found, ep)
 		}
 	}
-	if len(found) == 0 {
-		return Endpoint{}, false
+	if len(found) > 0 {
+		b.calicoByName = Endpoint{}
+		slices.SortFunc(found, func(x, y Endpoint) int { return x.IP.Compare(y.IP) })
+		return found[0], true, nil
 	}
-	slices.SortFunc(found, func(x, y Endpoint) int { return x.IP.Compare(y.IP) })
-	return found[0], true
+	if b.calicoLookup && strings.EqualFold(b.network.Name, calicoNetworkName) {
+		b.calicoLookup = false
+		was := b.calicoByName
+		b.calicoByName = Endpoint{}
+		for _, name := range []string{calicoSourceVIPEndpoint, b.network.Name + "_ep"} {
+			ep, err := b.hns.GetEndpointByName(ctx, name)
+			switch {
+			case errors.Is(err, ErrNotFound):
+				continue
+			case err != nil:
+				return Endpoint{}, false, fmt.Errorf("look up calico-node's host endpoint %q by name: %w", name, err)
+			}
+			if ep.IP.IsValid() && fits(ep.IP) {
+				if ep == was {
+					b.calicoByName = ep
+					break
+				}
+				b.log.WithFields(logrus.Fields{"endpoint": ep.Name, "ip": ep.IP, "remote": ep.Remote}).
+					Info("calico-node's host endpoint is not in HNS' V2 listing of the network (made through the V1 API); found by name")
+				b.calicoByName = ep
+				break
+			}
+		}
+	}
+	if b.calicoByName.IP.IsValid() {
+		return b.calicoByName, true, nil
+	}
+	return Endpoint{}, false, nil
 }
 
 // awaitCalico holds a source-VIP reservation back on Calico's network until
@@ -208,8 +262,11 @@ func (b *Backend) awaitCalico() error {
 func (b *Backend) existingSourceVIPEndpoint(inSubnets func(netip.Addr) bool) (Endpoint, bool) {
 	var found []Endpoint
 	for _, ep := range b.byIP {
-		if ep.Remote || !inSubnets(ep.IP) {
+		if !inSubnets(ep.IP) {
 			continue
+		}
+		if ep.Remote && !isCalicoEndpointName(ep.Name, b.network.Name) {
+			continue // only Calico's VXLAN host endpoint is remote
 		}
 		if ep.Name == sourceVIPEndpointName || isCalicoEndpointName(ep.Name, b.network.Name) || (b.hostMAC != "" && sameMAC(ep.MAC, b.hostMAC)) {
 			found = append(found, ep)
