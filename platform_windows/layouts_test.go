@@ -207,10 +207,10 @@ func layouts() []layout {
 			// pods' endpoints are V2) under flannel host-gw (cbr0, cbr0_ep
 			// through V1, hostgw_windows.go), written by a HostProcess
 			// install to C:\etc\cni\net.d; no External network.
-			name:        "win-bridge (flannel host-gw)",
-			network:     Network{ID: "b41d0000-0000-4000-8000-0000000000e0", Name: "cbr0", Type: NetworkL2Bridge, Subnets: []netip.Prefix{p("10.244.1.0/24")}},
-			cni:         &CNIConfig{File: `C:\etc\cni\net.d\10-flannel.conf`, Name: "cbr0", CNIVersion: "0.3.0", Type: "flannel", IPAMType: "host-local"},
-			host:        &Endpoint{Name: "cbr0_ep", IP: ip("10.244.1.2"), MAC: layoutHostMAC}, hostV1: true,
+			name:    "win-bridge (flannel host-gw)",
+			network: Network{ID: "b41d0000-0000-4000-8000-0000000000e0", Name: "cbr0", Type: NetworkL2Bridge, Subnets: []netip.Prefix{p("10.244.1.0/24")}},
+			cni:     &CNIConfig{File: `C:\etc\cni\net.d\10-flannel.conf`, Name: "cbr0", CNIVersion: "0.3.0", Type: "flannel", IPAMType: "host-local"},
+			host:    &Endpoint{Name: "cbr0_ep", IP: ip("10.244.1.2"), MAC: layoutHostMAC}, hostV1: true,
 			podMAC:      bridgeMAC,
 			nodePodCIDR: p("10.244.1.0/24"), localPod: ip("10.244.1.5"),
 			remotePod: ip("10.244.2.7"), joinerPod: ip("10.244.3.9"),
