@@ -88,22 +88,3 @@ func endpointFromV1(ep *hcsshim.HNSEndpoint) Endpoint {
 	}
 	return out
 }
-
-// providerAddressOfPolicies reads a V2 endpoint's provider address policy:
-// {"Type":"ProviderAddress","Settings":{"ProviderAddress":"…"}} as hcsshim
-// hcnpolicy.go ProviderAddressEndpointPolicySetting defines it. An endpoint
-// without one has an invalid address: "not reported", not "no address".
-func providerAddressOfPolicies(policies []hcn.EndpointPolicy) netip.Addr {
-	for _, p := range policies {
-		if p.Type != hcn.NetworkProviderAddress {
-			continue
-		}
-		var s hcn.ProviderAddressEndpointPolicySetting
-		if json.Unmarshal(p.Settings, &s) == nil {
-			if a, err := netip.ParseAddr(s.ProviderAddress); err == nil {
-				return a.Unmap()
-			}
-		}
-	}
-	return netip.Addr{}
-}

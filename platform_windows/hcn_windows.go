@@ -259,6 +259,10 @@ func networkFromHCN(nw *hcn.HostComputeNetwork) (Network, error) {
 	return out, nil
 }
 
+// endpointsFromHCN converts an endpoint HNS reports, once per usable address.
+// Ids are lower-cased (HNS writes them in either case; kubernetes #67827 and
+// projectcalico/calico #4682 show upper-case ones); the provider address is
+// read by providerAddressOfPolicies.
 func endpointsFromHCN(ep *hcn.HostComputeEndpoint) []Endpoint {
 	base := Endpoint{ID: strings.ToLower(ep.Id), Name: ep.Name, Remote: ep.Flags&hcn.EndpointFlagsRemoteEndpoint != 0, MAC: ep.MacAddress,
 		ProviderAddress: providerAddressOfPolicies(ep.Policies)}
@@ -273,6 +277,39 @@ func endpointsFromHCN(ep *hcn.HostComputeEndpoint) []Endpoint {
 		out = append(out, e)
 	}
 	return out
+}
+
+// providerAddressOfPolicies reads a V2 endpoint's provider address in each
+// shape it is known to take: the V2 policy hcn defines and kube-proxy and
+// crossproxy send, {"Type":"ProviderAddress","Settings":{"ProviderAddress":
+// "…"}} (hcsshim hcnpolicy.go ProviderAddressEndpointPolicySetting), and the
+// V1 policy's type and key, "PA", for an endpoint a CNI created through V1
+// (Calico's Calico_ep, flannel's remote endpoints: {"Type":"PA","PA":"…"},
+// flannel-io/flannel backend/vxlan/vxlan_network_windows_test.go) should HNS
+// report it under Settings. A V1 policy whose address sits beside Type,
+// outside Settings, does not survive hcn's EndpointPolicy type and so reads
+// as absent. Absent or unreadable gives an invalid address, which callers
+// take as "HNS did not say", never as "no provider address": a remote
+// endpoint is not stale merely because HNS left its PA out of a listing.
+func providerAddressOfPolicies(policies []hcn.EndpointPolicy) netip.Addr {
+	for _, p := range policies {
+		if !strings.EqualFold(string(p.Type), string(hcn.NetworkProviderAddress)) && !strings.EqualFold(string(p.Type), "PA") {
+			continue
+		}
+		var s struct {
+			ProviderAddress string
+			PA              string
+		}
+		if len(p.Settings) == 0 || json.Unmarshal(p.Settings, &s) != nil {
+			continue
+		}
+		for _, v := range []string{s.ProviderAddress, s.PA} {
+			if a, err := netip.ParseAddr(v); err == nil && !a.IsUnspecified() {
+				return a.Unmap()
+			}
+		}
+	}
+	return netip.Addr{}
 }
 
 // endpointToHCN converts an endpoint to create: a remote one (flagged) or a
@@ -332,16 +369,44 @@ func loadBalancerToHCN(lb LoadBalancer) *hcn.HostComputeLoadBalancer {
 	return out
 }
 
-// loadBalancerFromHCN converts what HNS reports. Only the flag bits
-// crossproxy sets are kept, so a load balancer HNS annotated with other bits
-// still compares equal to the plan and is not rewritten on every sync.
+// loadBalancerFromHCN converts what HNS reports into what crossproxy would
+// have sent for it, so that an unchanged load balancer compares equal to the
+// plan and is not rewritten on every full sync:
+//   - only the flag bits crossproxy sets are kept: HNS may report others
+//     (ILB, UseMux, bits newer than hcn), which crossproxy never asks for;
+//   - a SourceVIP of 0.0.0.0 or :: is no source VIP (crossproxy sends none
+//     on L2Bridge, and an unspecified address is never a usable one);
+//   - ids are lower-cased and the endpoint ids sorted;
+//   - a NodePort load balancer is reported without frontend VIPs.
+//
+// The last is a choice with a risk. crossproxy (and kube-proxy, winkernel
+// proxier.go) create NodePort load balancers without VIPs, meaning every
+// host address, and mark them, and only them, with the port mapping flag
+// LocalRoutedVIP. kube-proxy's PR #78874 records that HNS "replaces the empty
+// VIP with NodeIP" in V1; should V2 report that address back, the load
+// balancer's identity (frontend(): "TCP/*/30080") would change to the node
+// IP's and crossproxy would neither adopt nor match its own load balancer,
+// deleting and creating it on every full sync. So the VIPs of a
+// LocalRoutedVIP load balancer are dropped. The risk: a foreign load
+// balancer with LocalRoutedVIP and real VIPs (no known proxy makes one) is
+// then seen as a wildcard NodePort on its port, so crossproxy would treat its
+// own NodePort there as conflicting with it; crossproxy never deletes a load
+// balancer it does not own, so the cost is a refused frontend, not a
+// deleted one. The recordings (testdata/hns-recorded: calico #7305's NodePort
+// load balancer read back without VIPs) show both shapes read the same.
 func loadBalancerFromHCN(lb *hcn.HostComputeLoadBalancer) LoadBalancer {
 	out := LoadBalancer{
 		ID:    strings.ToLower(lb.Id),
 		Flags: LBFlags{DSR: lb.Flags&hcn.LoadBalancerFlagsDSR != 0, IPv6: lb.Flags&hcn.LoadBalancerFlagsIPv6 != 0},
 	}
-	out.SourceVIP, _ = netip.ParseAddr(lb.SourceVIP)
+	if a, err := netip.ParseAddr(lb.SourceVIP); err == nil && !a.IsUnspecified() {
+		out.SourceVIP = a.Unmap()
+	}
+	nodePort := len(lb.PortMappings) > 0 && lb.PortMappings[0].Flags&hcn.LoadBalancerPortMappingFlagsLocalRoutedVIP != 0
 	for _, v := range lb.FrontendVIPs {
+		if nodePort {
+			break
+		}
 		if a, err := netip.ParseAddr(v); err == nil {
 			out.FrontendVIPs = append(out.FrontendVIPs, a.Unmap())
 		}

@@ -24,7 +24,7 @@ import (
 func TestHCNLoadBalancerRoundTrip(t *testing.T) {
 	for _, lb := range []LoadBalancer{
 		{ID: "abc", Protocol: ProtocolTCP, FrontendVIPs: []netip.Addr{ip("10.0.0.11"), ip("192.168.0.11")}, ExternalPort: 30080, InternalPort: 8080,
-			SourceVIP: ip("10.244.1.2"), EndpointIDs: []string{"a", "b"}, Flags: LBFlags{DSR: true, LocalRoutedVIP: true}, SourceIPAffinity: true},
+			SourceVIP: ip("10.244.1.2"), EndpointIDs: []string{"a", "b"}, Flags: LBFlags{DSR: true, VipExternalIP: true}, SourceIPAffinity: true},
 		{ID: "def", Protocol: ProtocolUDP, FrontendVIPs: []netip.Addr{ip("fd00:96::10")}, ExternalPort: 53, InternalPort: 53,
 			EndpointIDs: []string{"c"}, Flags: LBFlags{IPv6: true, PreserveDIP: true}},
 		{ID: "ghi", Protocol: ProtocolTCP, ExternalPort: 30080, InternalPort: 8080,
