@@ -121,6 +121,15 @@ func sourceRanges(r ...string) svcMod {
 	return func(s *v1.Service) { s.Spec.LoadBalancerSourceRanges = r }
 }
 
+func annotate(k, v string) svcMod {
+	return func(s *v1.Service) {
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[k] = v
+	}
+}
+
 func hcPort(p int32) svcMod { return func(s *v1.Service) { s.Spec.HealthCheckNodePort = p } }
 
 func affinity(timeout *int32) svcMod {

@@ -318,6 +318,13 @@ func TestRule4TrafficPolicy(t *testing.T) {
 				expectEq(t, "count", hc.LocalEndpoints, 2)
 				expectEq(t, "port hc", mustPort(t, st, httpV4("web")).HealthCheckNodePort, uint16(32000))
 			}},
+		{name: "kube-proxy's Windows preserve-destination annotation is carried, only when \"true\"",
+			services: svcs(testService("web", loadBalancer("198.51.100.7"), annotate(AnnotationPreserveDestination, "true")), testService("other", loadBalancer("198.51.100.8"), annotate(AnnotationPreserveDestination, "yes"))),
+			slices:   eslices(mixed),
+			check: func(t *testing.T, st *NodeState) {
+				expectEq(t, "web", mustPort(t, st, httpV4("web")).PreserveDestination, true)
+				expectEq(t, "other", mustPort(t, st, httpV4("other")).PreserveDestination, false)
+			}},
 		{name: "health check counts zero when nothing local", services: svcs(testService("web", loadBalancer("198.51.100.7"), etpLocal(), hcPort(32000))), slices: eslices(remoteOnly),
 			check: func(t *testing.T, st *NodeState) {
 				expectEq(t, "count", st.HealthChecks[0].LocalEndpoints, 0)

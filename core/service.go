@@ -23,6 +23,10 @@ const (
 	// AnnotationTriggerTime is the EndpointSlice annotation with the time of
 	// the change that caused the slice update.
 	AnnotationTriggerTime = "endpoints.kubernetes.io/last-change-trigger-time"
+	// AnnotationPreserveDestination is kube-proxy's Windows Service
+	// annotation (pkg/proxy/winkernel newServiceInfo: "preserve-destination":
+	// "true"), documented on the Kubernetes Windows networking page.
+	AnnotationPreserveDestination = "preserve-destination"
 )
 
 // serviceResult is everything one Service contributes to the NodeState, so the
@@ -65,6 +69,8 @@ type svcInfo struct {
 	etpLocal     bool
 	hcPort       uint16
 	needsHC      bool
+	// preserveDst is kube-proxy's Windows annotation (AnnotationPreserveDestination).
+	preserveDst bool
 }
 
 // problemSink collects problems for one object.
@@ -163,6 +169,7 @@ func parseService(svc *v1.Service, nsn types.NamespacedName, sink problemSink) *
 		parseLoadBalancer(svc, info, sink)
 	}
 	info.affinity = parseAffinity(spec, sink)
+	info.preserveDst = svc.Annotations[AnnotationPreserveDestination] == "true"
 	return info
 }
 
@@ -332,6 +339,7 @@ func buildPort(e *env, info *svcInfo, fam v1.IPFamily, cip netip.Addr, p svcPort
 	if info.needsHC {
 		sp.HealthCheckNodePort = info.hcPort
 	}
+	sp.PreserveDestination = info.preserveDst
 	ld := e.localDetect[fam]
 	sp.Masquerade = Masquerade{
 		All:                e.opts.MasqueradeAll,

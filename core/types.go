@@ -349,6 +349,11 @@ type ServicePort struct {
 	Masquerade    Masquerade
 	// HealthCheckNodePort is set for LoadBalancer Services with ETP Local.
 	HealthCheckNodePort uint16
+	// PreserveDestination is the Service's AnnotationPreserveDestination:
+	// kube-proxy's Windows proxier then keeps the VIP as the packets'
+	// destination (DSR, PreserveDIP). Only a backend that can say what it
+	// does with it reads it; the Linux data plane has no such mode.
+	PreserveDestination bool `json:",omitempty"`
 	// TopologyMode is "", "PreferSameZone" or "PreferSameNode": the hints used for ClusterEndpoints.
 	TopologyMode string
 	// HintsUnused says why hints carried by the ready endpoints did not

@@ -283,6 +283,11 @@ func (pl *planner) planPort(p *core.ServicePort) ([]plannedLB, []notice) {
 		hasLB = hasLB || f.Kind == core.FrontendLoadBalancer
 		hasExternal = hasExternal || f.Kind.External()
 	}
+	if p.PreserveDestination && hasLB {
+		note("PreserveDestination", "port %s: the annotation %s=\"true\" is not applied: crossproxy does not program kube-proxy's "+
+			"preserve-destination mode (DSR, UseMux and PreserveDIP on the LoadBalancer ingress, local endpoints only), so ingress traffic "+
+			"reaches the endpoints translated to their own address as for any Service; externalTrafficPolicy: Local keeps the client's address", p.Key.PortName, core.AnnotationPreserveDestination)
+	}
 	if len(p.SourceRanges) > 0 && hasLB {
 		note("LoadBalancerSourceRanges", "port %s: HNS load balancers cannot filter clients by source; loadBalancerSourceRanges %s are not enforced", p.Key.PortName, prefixes(p.SourceRanges))
 	}

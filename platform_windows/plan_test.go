@@ -358,3 +358,24 @@ func TestPlanEmptyProtocolIsNotTCP(t *testing.T) {
 		t.Errorf("want no load balancer and one notice: %+v", plan)
 	}
 }
+
+// TestPreserveDestinationNoticed: kube-proxy's Windows annotation
+// preserve-destination ("true") asks winkernel for DSR, UseMux and
+// PreserveDIP on the LoadBalancer ingress with local endpoints only;
+// crossproxy does not program that mode and says so once per Service, never
+// silently, and programs the Service as any other.
+func TestPreserveDestinationNoticed(t *testing.T) {
+	p := port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)}, withFrontend(core.FrontendLoadBalancer, "203.0.113.10"),
+		func(p *core.ServicePort) { p.PreserveDestination = true })
+	plan := planState(state(p), PlanOptions{Network: l2bridge, Features: AllFeatures()})
+	if len(plan.LoadBalancers) != 2 {
+		t.Fatalf("want the ClusterIP and ingress load balancers: %+v", plan.LoadBalancers)
+	}
+	if len(plan.Notices) != 1 || plan.Notices[0].Feature != "PreserveDestination" || !strings.Contains(plan.Notices[0].Detail, `preserve-destination="true" is not applied`) {
+		t.Fatalf("want one PreserveDestination notice: %+v", plan.Notices)
+	}
+	q := port("plain", "10.96.0.11", []core.Endpoint{local("10.244.1.5", 8080)}, withFrontend(core.FrontendLoadBalancer, "203.0.113.11"))
+	if n := planState(state(q), PlanOptions{Network: l2bridge, Features: AllFeatures()}).Notices; len(n) != 0 {
+		t.Fatalf("a Service without the annotation: notices %+v", n)
+	}
+}
