@@ -89,7 +89,11 @@ func (b *Backend) refreshWith(ctx context.Context, l *listing) error {
 	b.network = l.network
 	b.ledger.Network = l.network.Name
 	b.calicoLookup = true
+	b.rootByName = false
 	b.useEndpoints(l.endpoints)
+	if err := b.findRootByName(ctx); err != nil {
+		return err
+	}
 	b.adopt(l.lbs)
 	return b.saveLedger()
 }
@@ -153,10 +157,12 @@ func (b *Backend) useEndpoints(eps []Endpoint) {
 	b.byIP = make(map[netip.Addr]Endpoint, len(eps))
 	b.dupRemotes = nil
 	root := b.root
-	b.root = Endpoint{}
+	if !b.rootByName {
+		b.root = Endpoint{}
+	}
 	for _, ep := range eps {
 		if ep.Name == b.cfg.RootEndpointName && !ep.Remote {
-			b.root = ep
+			b.root, b.rootByName = ep, false
 		}
 		old, ok := b.byIP[ep.IP]
 		switch {
@@ -178,9 +184,32 @@ func (b *Backend) useEndpoints(eps []Endpoint) {
 		if b.root.IP.IsValid() {
 			b.log.WithFields(logrus.Fields{"endpoint": b.cfg.RootEndpointName, "ip": b.root.IP}).Info("forwardHealthCheckVip: health-check ports of LoadBalancer ingress IPs lead to the host endpoint")
 		} else {
-			b.log.WithField("endpoint", b.cfg.RootEndpointName).Warn("forwardHealthCheckVip: HNS has no host endpoint of that name on the network: health-check ports are not forwarded")
+			b.log.WithField("endpoint", b.cfg.RootEndpointName).Warn("forwardHealthCheckVip: the network's listing has no host endpoint of that name: health-check ports are not forwarded unless a lookup by name finds it")
 		}
 	}
+}
+
+// findRootByName looks the host endpoint of forwardHealthCheckVip up by
+// name when the network's listing does not show it: SDN's cbr0 and flannel
+// host-gw's cbr0_ep are made through HNS' V1 API, which V2 listings may
+// miss (kubernetes #110591). Once per full sync.
+func (b *Backend) findRootByName(ctx context.Context) error {
+	if !b.cfg.ForwardHealthCheckVIP || b.root.IP.IsValid() {
+		return nil
+	}
+	ep, err := b.hns.GetEndpointByName(ctx, b.cfg.RootEndpointName)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("look up the host endpoint %q by name: %w", b.cfg.RootEndpointName, err)
+	case ep.Remote || !ep.IP.IsValid():
+		return nil
+	}
+	b.root, b.rootByName = ep, true
+	b.log.WithFields(logrus.Fields{"endpoint": ep.Name, "ip": ep.IP}).
+		Info("forwardHealthCheckVip: the host endpoint is not in HNS' V2 listing of the network (made through the V1 API); found by name, health-check ports lead to it")
+	return nil
 }
 
 // ours reports whether crossproxy made the endpoint.

@@ -117,6 +117,9 @@ func (b *Backend) resolve(planned []plannedLB, stale map[netip.Addr]Endpoint) ([
 		lb.EndpointIDs = nil
 		for _, ip := range p.Endpoints {
 			ep, ok := b.byIP[ip]
+			if !ok && b.rootByName && ip == b.root.IP {
+				ep, ok = b.root, true // the host endpoint a V2 listing does not show
+			}
 			_, replaced := stale[ip]
 			if !ok || replaced || (ep.Remote && !p.Remote[ip]) {
 				missing[p.Owner] = append(missing[p.Owner], ip)

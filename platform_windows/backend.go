@@ -126,6 +126,9 @@ type Backend struct {
 	// invalid IP when HNS has none by that name.
 	root     Endpoint
 	rootSeen bool // the root endpoint's presence has been logged
+	// rootByName: root was found by name, not in the network's listing
+	// (V1-created); the drift check then does not expect it there.
+	rootByName bool
 	// dupRemotes are remote endpoints that share their address with a local
 	// one (Windows Server 2019/2022): deleted at the end of a full sync.
 	dupRemotes []Endpoint

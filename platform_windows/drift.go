@@ -105,7 +105,7 @@ func (b *Backend) driftedEndpoints(eps []Endpoint, counts map[string]int) []stri
 		out = append(out, fmt.Sprintf("source-VIP endpoint %s missing", b.sourceVIP))
 		counts["source-VIP endpoint"]++
 	}
-	if b.cfg.ForwardHealthCheckVIP && (root.IP != b.root.IP || !strings.EqualFold(root.ID, b.root.ID)) {
+	if b.cfg.ForwardHealthCheckVIP && !(b.rootByName && !root.IP.IsValid()) && (root.IP != b.root.IP || !strings.EqualFold(root.ID, b.root.ID)) {
 		switch {
 		case !root.IP.IsValid():
 			out = append(out, fmt.Sprintf("host endpoint %q missing", b.cfg.RootEndpointName))

@@ -58,7 +58,11 @@ func boot(t *testing.T, lay layout, prof Profile) *node {
 			}
 			return n.cni, n.ipam
 		},
-		RootEndpointName: "cbr0_ep",
+	}
+	if h := lay.host; h != nil && !h.Remote {
+		// forwardHealthCheckVip to the layout's host endpoint, as kube-proxy's
+		// --root-hnsendpoint-name names it on such nodes.
+		cfg.ForwardHealthCheckVIP, cfg.RootEndpointName, cfg.HealthzPort = true, h.Name, 10256
 	}
 	b, err := New(n.fake, cfg, log)
 	if err != nil {
@@ -236,6 +240,11 @@ func playNode(t *testing.T, lay layout, prof Profile) {
 		t.Fatalf("first programming: %s endpoints %v, want %v", web, got, want)
 	}
 	n.foreignIntact("first programming")
+	if h := lay.host; h != nil && !h.Remote {
+		if got := n.lbEndpoints("TCP/203.0.113.10/10256"); !slices.Equal(got, []string{h.IP.String()}) {
+			t.Fatalf("forwardHealthCheckVip: the ingress IP's health-check port leads to %v, want the host endpoint %s (%s)", got, h.Name, h.IP)
+		}
+	}
 
 	// 4. Steady: a full sync writes nothing, the drift check finds nothing.
 	n.fake.ResetCalls()
