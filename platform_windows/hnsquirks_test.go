@@ -1,0 +1,99 @@
+package hns
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/crossproxy/crossproxy/core"
+)
+
+// TestListingRetriedUnderChurn: hcn lists endpoints by enumerating their ids
+// and then opening each (hcsshim hcn/hcnendpoint.go enumerateEndpoints), so
+// a pod deleted in between fails the whole listing with element not found.
+// A full sync lists once more instead of failing (and backing off, and
+// forcing another full sync).
+func TestListingRetriedUnderChurn(t *testing.T) {
+	r := newRig(t, AllFeatures(), "10.244.1.5", "10.244.1.6")
+	r.fake.profile.ListFailsOnConcurrentDelete = true
+	s := state(port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)}))
+	r.sync(t, s, full())
+	gone := r.localIDs["10.244.1.6"]
+	once := false
+	r.fake.SetListRace(func() {
+		if !once {
+			once = true
+			r.fake.CNIDeleteEndpoint(gone)
+		}
+	})
+	if err := r.backend.Sync(context.Background(), s, full()); err != nil {
+		t.Fatalf("a full sync whose listing raced a pod's deletion: %v", err)
+	}
+	if calls := r.fake.Calls()["ListEndpoints"]; calls != 3 {
+		t.Fatalf("ListEndpoints called %d times, want 3 (one per full sync, one retry)", calls)
+	}
+}
+
+// TestFrontendOutageIsOneCall: on HNS without modify (Windows Server
+// 2019/2022) a changed load balancer is deleted and created again. Each
+// frontend's delete and create run back to back, so it is without a load
+// balancer for about one call, not for a whole phase of deletes.
+func TestFrontendOutageIsOneCall(t *testing.T) {
+	const n, latency = 20, 10 * time.Millisecond
+	var ports []*core.ServicePort
+	for i := range n {
+		ports = append(ports, port(string(rune('a'+i)), "10.96.0."+itoa(10+i), []core.Endpoint{local("10.244.1.5", 8080)}))
+	}
+	r := newRig(t, Features{APIV2: true, RemoteSubnet: true}, "10.244.1.5", "10.244.1.6")
+	r.backend.cfg.Concurrency = 1
+	r.sync(t, state(ports...), full())
+	var changed []core.PortKey
+	for _, p := range ports {
+		p.ClusterEndpoints = []core.Endpoint{local("10.244.1.6", 8080)}
+		p.LocalEndpoints = p.ClusterEndpoints
+		changed = append(changed, p.Key)
+	}
+	r.fake.SetLatency(latency)
+	r.sync(t, state(ports...), partial(changed...))
+	worst := time.Duration(0)
+	for f, d := range r.fake.Outage() {
+		t.Logf("%s without a load balancer for %s", f, d)
+		worst = max(worst, d)
+	}
+	if len(r.fake.Outage()) != n || worst > 4*latency {
+		t.Fatalf("%d frontends replaced, the longest without a load balancer for %s, want every one within %s (about one call of %s)", len(r.fake.Outage()), worst, 4*latency, latency)
+	}
+}
+
+// TestPortLockRetriedWithBackoff: HCN_E_PORT_ALREADY_EXISTS also comes from
+// a port lock HNS kept after a failed delete (kubernetes #137530); the
+// frontend is tried again by the next syncs once its backoff (1 s, 2 s ...)
+// has passed, not only at the hourly full sync.
+func TestPortLockRetriedWithBackoff(t *testing.T) {
+	r := newRig(t, AllFeatures(), "10.244.1.5")
+	now := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)
+	r.backend.now = func() time.Time { return now }
+	np := port("np", "10.96.0.20", []core.Endpoint{local("10.244.1.5", 8080)}, withNodePort(30100, "192.168.0.11"))
+	s := state(np)
+	r.sync(t, s, full())
+	r.fake.LeakPortLock(ProtocolTCP, 30100, 2)
+	// The port lock is leaked when the Service is created again.
+	r.sync(t, state(), partial(np.Key))
+	r.sync(t, s, partial(np.Key))
+	creates := func() int { return r.fake.Calls()["CreateLoadBalancer"] }
+	before := creates()
+	now = now.Add(500 * time.Millisecond)
+	r.sync(t, s, partial())
+	if creates() != before {
+		t.Fatalf("retried before its backoff of 1 s")
+	}
+	for range 2 {
+		now = now.Add(2 * time.Second)
+		r.sync(t, s, partial())
+	}
+	if got := r.dump(); got != "TCP/*/30100 -> :8080 [10.244.1.5] LocalRoutedVIP,VipExternalIP\nTCP/10.96.0.20/80 -> :8080 [10.244.1.5] none\n" {
+		t.Fatalf("after the lock is released, partial syncs only:\n%s", got)
+	}
+}
+
+func itoa(i int) string { return string(rune('0'+i/10)) + string(rune('0'+i%10)) }
