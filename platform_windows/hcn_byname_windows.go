@@ -15,31 +15,36 @@ import (
 )
 
 // GetEndpointByName implements HNS. It asks the V2 API first and, when that
-// finds nothing, the V1 API: endpoints a CNI created through V1 (Calico's
-// Calico_ep, calico dataplane_windows.go createAndAttachVxlanHostEP;
-// flannel host-gw's cbr0_ep; the SDN scripts' cbr0) are not always visible
-// to V2 queries (kubernetes #110591, #110592, where winkernel's V2 listing
-// missed dockershim CNIs' V1 endpoints). Both answers go through pure
-// conversions, endpointFromHCNNamed and endpointFromV1, tested on JSON.
+// does not answer with the endpoint, the V1 API: endpoints a CNI created
+// through V1 (Calico's Calico_ep, calico dataplane_windows.go
+// createAndAttachVxlanHostEP; flannel host-gw's cbr0_ep; the SDN scripts'
+// cbr0) are not always visible to V2 queries (kubernetes #110591, #110592:
+// winkernel's V2 query failed to retrieve dockershim CNIs' V1 endpoints).
+// V1 is asked after any V2 failure, not only "not found", because that
+// issue does not say whether V2 returned nothing or an error. Only when V2
+// said "not found" does V1's "not found" make the answer ErrNotFound; after
+// another V2 failure the result carries V2's error, so a failing HNS is never
+// reported as a missing endpoint. Both answers go through pure conversions,
+// endpointFromHCNNamed and endpointFromV1, tested on JSON.
 func (HCN) GetEndpointByName(ctx context.Context, name string) (Endpoint, error) {
 	if err := ctx.Err(); err != nil {
 		return Endpoint{}, err
 	}
-	ep, err := hcn.GetEndpointByName(name)
-	if err == nil {
+	ep, v2err := hcn.GetEndpointByName(name)
+	if v2err == nil {
 		return endpointFromHCNNamed(ep), nil
-	}
-	if !isNotFound(err) {
-		return Endpoint{}, fmt.Errorf("get endpoint named %q: %w", name, mapErr(err))
 	}
 	if err := ctx.Err(); err != nil {
 		return Endpoint{}, err
 	}
-	v1, err := hcsshim.GetHNSEndpointByName(name)
-	if err != nil {
-		return Endpoint{}, fmt.Errorf("get endpoint named %q (V2, then V1 API): %w", name, mapErr(err))
+	v1, v1err := hcsshim.GetHNSEndpointByName(name)
+	switch {
+	case v1err == nil:
+		return endpointFromV1(v1), nil
+	case isNotFound(v2err):
+		return Endpoint{}, fmt.Errorf("get endpoint named %q (V2, then V1 API): %w", name, mapErr(v1err))
 	}
-	return endpointFromV1(v1), nil
+	return Endpoint{}, fmt.Errorf("get endpoint named %q: V2 API: %w (V1 API: %v)", name, mapErr(v2err), v1err)
 }
 
 // isNotFound reports whether an hcn or hcsshim error says the object is not

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/Microsoft/hcsshim"
@@ -92,6 +93,29 @@ func TestFakeGetEndpointByName(t *testing.T) {
 	}
 	if _, err := (HCN{}).GetEndpointByName(canceled(), "Calico_ep"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("HCN with a cancelled context: %v", err)
+	}
+}
+
+// TestHCNGetEndpointByNameFallsBack drives the real lookup where HNS cannot
+// answer (under Wine computenetwork.dll is missing; on Windows an HNS that
+// is not running): the V1 API is asked after the V2 failure, the error names
+// both, and it is not ErrNotFound, since a failing HNS is not a missing
+// endpoint.
+func TestHCNGetEndpointByNameFallsBack(t *testing.T) {
+	_, err := (HCN{}).GetEndpointByName(context.Background(), "crossproxy-test-no-such-endpoint")
+	if err == nil {
+		t.Fatal("HNS has an endpoint named crossproxy-test-no-such-endpoint: remove it")
+	}
+	t.Logf("error (expected): %v", err)
+	if errors.Is(err, ErrNotFound) {
+		// A real HNS that has no such endpoint says so through both APIs.
+		if !strings.Contains(err.Error(), "V2, then V1 API") {
+			t.Fatalf("not found without asking V1: %v", err)
+		}
+		return
+	}
+	if !strings.Contains(err.Error(), "V2 API") || !strings.Contains(err.Error(), "V1 API") {
+		t.Fatalf("the error must say both APIs failed: %v", err)
 	}
 }
 
