@@ -142,6 +142,8 @@ type Backend struct {
 	ledgerLoaded bool
 	synced       bool
 	now          func() time.Time
+	// driftNext is when the drift check may list HNS again (driftDuty).
+	driftNext time.Time
 	// listed is what the last drift check read when it found drift, for
 	// the full sync the runner makes next (nil otherwise).
 	listed *listing

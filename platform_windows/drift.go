@@ -5,11 +5,26 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/crossproxy/crossproxy/platform"
 )
 
 var _ platform.ListingDriftChecker = (*Backend)(nil)
+
+// driftDuty bounds what the drift check costs HNS: after a check whose
+// listing took d, the next one runs no sooner than (driftDuty-1) x d later,
+// so at most 1/driftDuty of the time goes to listing. hcn lists by
+// enumerating ids and then opening, querying and closing each object
+// (3 calls into computenetwork.dll apiece): at 2,000 Services a check is
+// thousands of calls (test/results/windows.md, TestHNSCallCost), and a busy
+// HNS answers them slower, which stretches the interval by itself. Below a
+// few hundred objects the check runs every time the runner asks (once per
+// SyncPeriod): a listing shorter than driftCheap sets no wait.
+const (
+	driftDuty  = 10
+	driftCheap = 100 * time.Millisecond
+)
 
 // DriftCheckLists implements platform.ListingDriftChecker: HNS has no change
 // notifications, so the check lists, and the runner calls it once per
@@ -34,7 +49,14 @@ func (b *Backend) CheckDrift(ctx context.Context) ([]string, error) {
 	if !b.synced {
 		return nil, nil // nothing programmed yet: the coming full sync reads everything
 	}
+	if now := b.now(); now.Before(b.driftNext) {
+		return nil, nil // the last check's cost says wait (driftDuty)
+	}
+	start := time.Now()
 	l, err := b.list(ctx)
+	if d := time.Since(start); d >= driftCheap {
+		b.driftNext = b.now().Add(d * (driftDuty - 1))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("hns: check for drift: %w", err)
 	}
