@@ -141,7 +141,9 @@ func TestHCNHonoursContext(t *testing.T) {
 	_, e8 := h.CreateLoadBalancer(ctx, LoadBalancer{})
 	_, e9 := h.UpdateLoadBalancer(ctx, "x", LoadBalancer{})
 	e10 := h.DeleteLoadBalancer(ctx, "x")
-	for i, err := range []error{e1, e2, e3, e4, e5, e6, e7, e8, e9, e10} {
+	_, e11 := h.GetEndpointByName(ctx, "x")
+	_, e12 := h.ListNetworks(ctx)
+	for i, err := range []error{e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12} {
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("method %d: %v, want context.Canceled", i+1, err)
 		}
