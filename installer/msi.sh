@@ -38,12 +38,28 @@ printf '%s\r\n' \
   $'CrossproxyRestart\tcrossproxy\t5\t86400\t\t\t1[~]1[~]1\t5000[~]10000[~]30000\tCrossproxyExe' \
   > "$stage/MsiServiceConfigFailureActions.idt"
 msibuild "$msi" -i "$stage/MsiServiceConfigFailureActions.idt"
+# Those actions cover a crash only, unless the failure actions flag is set: when
+# the sync loop ends by itself the service reports SERVICE_STOPPED with a
+# service-specific exit code, and Windows runs the actions for that only with
+# fFailureActionsOnNonCrashFailures TRUE. The MsiServiceConfig table (Windows
+# Installer 5.0, also run by MsiConfigureServices) sets it: ConfigType 4 =
+# SERVICE_CONFIG_FAILURE_ACTIONS_FLAG, Argument 1 = also on a stop with a
+# non-zero exit code; Event 5 as above. `crossproxy service install` sets the same.
+printf '%s\r\n' \
+  $'MsiServiceConfig\tName\tEvent\tConfigType\tArgument\tComponent_' \
+  $'s72\ts255\ti2\ti4\tS255\ts72' \
+  $'MsiServiceConfig\tMsiServiceConfig' \
+  $'CrossproxyRestartNonCrash\tcrossproxy\t5\t4\t1\tCrossproxyExe' \
+  > "$stage/MsiServiceConfig.idt"
+msibuild "$msi" -i "$stage/MsiServiceConfig.idt"
 msibuild "$msi" -q "INSERT INTO \`InstallExecuteSequence\` (\`Action\`, \`Condition\`, \`Sequence\`) VALUES ('MsiConfigureServices', 'VersionMsi >= \"5.00\"', 5850)"
 # (grep reads whole exports: with -q and pipefail, SIGPIPE would fail them.)
 msiinfo export "$msi" Component > "$stage/Component.idt"
 msiinfo export "$msi" Upgrade > "$stage/Upgrade.check"
 msiinfo export "$msi" MsiServiceConfigFailureActions > "$stage/FailureActions.check"
+msiinfo export "$msi" MsiServiceConfig > "$stage/ServiceConfig.check"
 grep -qP '^CrossproxyRestart\tcrossproxy\t5\t86400\t\t\t1\[~\]1\[~\]1\t' "$stage/FailureActions.check" || { echo "msi: restart on failure not set" >&2; exit 1; }
+grep -qP '^CrossproxyRestartNonCrash\tcrossproxy\t5\t4\t1\tCrossproxyExe\r?$' "$stage/ServiceConfig.check" || { echo "msi: restart on a non-crash failure not set" >&2; exit 1; }
 grep -qP '^ConfigFile\t.*\t400\t' "$stage/Component.idt" || { echo "msi: ConfigFile attributes not set" >&2; exit 1; }
 grep -qP '\t513\t\tWIX_UPGRADE_DETECTED\r?$' "$stage/Upgrade.check" || { echo "msi: upgrade attributes not set" >&2; exit 1; }
 if [ -n "${CERT:-}" ]; then bash "$here/sign.sh" "$msi"; fi

@@ -128,6 +128,16 @@ func TestMSITables(t *testing.T) {
 	if want := []string{"CrossproxyRestart", "crossproxy", "5", "86400", "", "", "1[~]1[~]1", "5000[~]10000[~]30000", "CrossproxyExe"}; !slices.Equal(fa, want) {
 		t.Errorf("MsiServiceConfigFailureActions: %q, want %q", fa, want)
 	}
+	// Those restarts cover a crash only unless the failure actions flag is set:
+	// a failing sync loop stops the service with a service-specific exit code
+	// (SERVICE_STOPPED), which Windows restarts only with
+	// fFailureActionsOnNonCrashFailures. MsiServiceConfig, Name, Event
+	// (install + reinstall), ConfigType 4 (SERVICE_CONFIG_FAILURE_ACTIONS_FLAG),
+	// Argument 1, Component_; `crossproxy service install` sets the same.
+	cfg := msiTable(t, msi, "MsiServiceConfig")
+	if want := [][]string{{"CrossproxyRestartNonCrash", "crossproxy", "5", "4", "1", "CrossproxyExe"}}; !slices.EqualFunc(cfg, want, slices.Equal) {
+		t.Errorf("MsiServiceConfig: %q, want only %q (restart also on a stop with a non-zero exit code)", cfg, want)
+	}
 	sc := keyed(msiTable(t, msi, "ServiceControl"))["CrossproxyService"]
 	if sc == nil || sc[1] != "crossproxy" || sc[2] != "163" || sc[4] != "1" || sc[5] != "CrossproxyExe" {
 		t.Errorf("ServiceControl: %q, want crossproxy, event 163, wait, on CrossproxyExe", sc)
@@ -484,6 +494,16 @@ func TestMSIUnderWine(t *testing.T) {
 		}
 		if v := w.regQuery(serviceKey, "Start"); v != "0x2" {
 			t.Errorf("service start type %q, want automatic (0x2)", v)
+		}
+		// Restart on failure, crash or not, is MsiConfigureServices' work
+		// (MsiServiceConfigFailureActions, MsiServiceConfig). Wine's msi reports
+		// VersionMsi 4.5, so the action's condition (VersionMsi >= 5.00) skips
+		// it and its service manager keeps neither value; TestMSITables checks
+		// the rows. A Wine that applies them must write the flag as 1.
+		if v := w.regQuery(serviceKey, "FailureActionsOnNonCrashFailures"); v != "" && v != "0x1" {
+			t.Errorf("FailureActionsOnNonCrashFailures %q, want 0x1 (restart also on a stop with a non-zero exit code)", v)
+		} else if v == "" {
+			t.Logf("no FailureActionsOnNonCrashFailures value: this msi did not run MsiConfigureServices (Wine's: VersionMsi 4.5)")
 		}
 		pid = w.waitRunning(1)
 		livez(t)
