@@ -35,6 +35,11 @@ type readShape struct {
 	// nodePortVIP reports a LocalRoutedVIP (NodePort) load balancer with
 	// FrontendVIPs = [node IP] (kubernetes PR #78874).
 	nodePortVIP bool
+	// dropVipExternalIP reports port mapping flag 16 (VipExternalIP) as
+	// unset, as an HNS that does not know it might (the audit's question for
+	// Windows Server 2019); loadbalancer-nodeport-calico.json, recorded,
+	// shows a NodePort load balancer with flag 2 alone.
+	dropVipExternalIP bool
 	// l2SourceVIP fills the SourceVIP crossproxy leaves empty on L2Bridge:
 	// "0.0.0.0", or "node" for the node IP (kubernetes/community #8890).
 	l2SourceVIP string
@@ -154,7 +159,7 @@ func (r *replayHNS) loadBalancer(lb LoadBalancer) (LoadBalancer, error) {
 	if lb.Flags.PreserveDIP {
 		pmFlags |= uint32(hcn.LoadBalancerPortMappingFlagsPreserveDIP)
 	}
-	if lb.Flags.VipExternalIP {
+	if lb.Flags.VipExternalIP && !r.shape.dropVipExternalIP {
 		pmFlags |= 16
 	}
 	if lb.Flags.DSR {
@@ -324,11 +329,14 @@ func TestHCNReplayZeroWrites(t *testing.T) {
 		{name: "nodeport-vip-nodeip", pa: "v2", nodePortVIP: true},
 		{name: "l2-sourcevip-unspecified", pa: "v2", l2SourceVIP: "0.0.0.0"},
 		{name: "l2-sourcevip-nodeip", pa: "v2", l2SourceVIP: "node"},
+		{name: "vipexternalip-dropped", pa: "v2", dropVipExternalIP: true},
 		{name: "all-normalised-at-once", pa: "missing", upperIDs: true, extraFlagBits: true, nodePortVIP: true, l2SourceVIP: "0.0.0.0"},
 	}
 	// wantWrites: shape/network → why the second full sync writes.
 	wantWrites := map[string]string{
-		"l2-sourcevip-nodeip/cbr0": "apply.go sameLB compares SourceVIP: HNS' node IP differs from the none planned on L2Bridge",
+		"l2-sourcevip-nodeip/cbr0":     "apply.go sameLB compares SourceVIP: HNS' node IP differs from the none planned on L2Bridge",
+		"vipexternalip-dropped/vxlan0": "apply.go sameLB compares Flags: the planned VipExternalIP is not reported back",
+		"vipexternalip-dropped/cbr0":   "apply.go sameLB compares Flags: the planned VipExternalIP is not reported back",
 	}
 	for _, nw := range []Network{overlay, l2bridge} {
 		for _, shape := range shapes {
