@@ -388,12 +388,14 @@ func loadBalancerToHCN(lb LoadBalancer) *hcn.HostComputeLoadBalancer {
 // IP's and crossproxy would neither adopt nor match its own load balancer,
 // deleting and creating it on every full sync. So the VIPs of a
 // LocalRoutedVIP load balancer are dropped. The risk: a foreign load
-// balancer with LocalRoutedVIP and real VIPs (no known proxy makes one) is
-// then seen as a wildcard NodePort on its port, so crossproxy would treat its
-// own NodePort there as conflicting with it; crossproxy never deletes a load
-// balancer it does not own, so the cost is a refused frontend, not a
-// deleted one. The recordings (testdata/hns-recorded: calico #7305's NodePort
-// load balancer read back without VIPs) show both shapes read the same.
+// balancer with LocalRoutedVIP and real VIPs (no proxy known to crossproxy
+// makes one) is then seen as a wildcard NodePort on its protocol and port.
+// crossproxy then treats it as holding its NodePort's frontend (a refused
+// frontend, reported), and, should crossproxy's own load balancer on that
+// port have vanished from HNS or its create have been interrupted, adopts it
+// by that frontend (adopt.go adopt) and may later modify or delete it. The
+// recordings (testdata/hns-recorded: calico #7305's NodePort load balancer
+// read back without VIPs, and its variant with the node IP) read the same.
 func loadBalancerFromHCN(lb *hcn.HostComputeLoadBalancer) LoadBalancer {
 	out := LoadBalancer{
 		ID:    strings.ToLower(lb.Id),
