@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -222,10 +221,10 @@ func TestForeignObjectsUntouched(t *testing.T) {
 }
 
 // TestServiceRemovedAndRemoteEndpointCollected: removing a Service deletes its
-// load balancers and the pods' remote endpoints they used at once (HNS
-// refuses a pod's local endpoint while a remote one holds the address,
-// kubernetes #130963); the ClusterIP's remote endpoint, which no load
-// balancer uses, goes at the next full sync.
+// load balancers, the pods' remote endpoints they used (HNS refuses a pod's
+// local endpoint while a remote one holds the address, kubernetes #130963)
+// and its ClusterIP's remote endpoint (overlay) in the same sync, as
+// kube-proxy does.
 func TestServiceRemovedAndRemoteEndpointCollected(t *testing.T) {
 	r := newRig(t, AllFeatures())
 	p := port("web", "10.96.0.10", []core.Endpoint{remote("10.244.2.7", 8080)})
@@ -234,9 +233,9 @@ func TestServiceRemovedAndRemoteEndpointCollected(t *testing.T) {
 	if len(r.fake.LoadBalancers()) != 0 {
 		t.Fatalf("load balancer left: %s", r.dump())
 	}
-	// The source VIP endpoint and the ClusterIP's remote endpoint.
-	if eps := r.fake.Endpoints(); len(eps) != 2 || slices.ContainsFunc(eps, func(ep Endpoint) bool { return ep.IP == ip("10.244.2.7") }) {
-		t.Fatalf("the pod's remote endpoint should be gone with the load balancer, the ClusterIP's stay until the full sync: %v", eps)
+	// The source VIP endpoint only.
+	if eps := r.fake.Endpoints(); len(eps) != 1 || eps[0].Remote {
+		t.Fatalf("the pod's and the ClusterIP's remote endpoints should be gone with the Service: %v", eps)
 	}
 	r.sync(t, state(), full())
 	if eps := r.fake.Endpoints(); len(eps) != 1 || eps[0].Remote {

@@ -50,7 +50,7 @@ func (r *round) fail(k *core.PortKey, err error) {
 // A frontend held by a load balancer crossproxy does not own (or by a host
 // port reservation) is not a failure to retry at once: it is returned as a
 // notice and tried again on full syncs.
-func (b *Backend) reconcile(ctx context.Context, plan hnsPlan, scope map[core.PortKey]struct{}, full bool) ([]notice, error) {
+func (b *Backend) reconcile(ctx context.Context, plan hnsPlan, scope map[core.PortKey]struct{}, full bool, goneClusterIPs map[netip.Addr]bool) ([]notice, error) {
 	r := &round{b: b}
 	if err := b.ensureSourceVIPEndpoint(ctx, plan); err != nil {
 		return nil, err
@@ -105,7 +105,7 @@ func (b *Backend) reconcile(ctx context.Context, plan hnsPlan, scope map[core.Po
 			r.retireOwnSourceVIP(ctx, plan)
 		}
 	} else {
-		r.releaseUnused(ctx, was, plan)
+		r.releaseUnused(ctx, was, plan, goneClusterIPs)
 	}
 	if err := b.saveLedger(); err != nil {
 		r.failures = append(r.failures, err)
@@ -480,14 +480,20 @@ func (r *round) settleExisting(ctx context.Context) {
 
 // releaseUnused deletes, on partial syncs, crossproxy's remote endpoints
 // that a load balancer of this sync's scope used before it and none uses
-// after it, unless the plan still needs them. A remote endpoint left behind
+// after it, unless the plan still needs them, and the remote endpoints of
+// ClusterIPs no port has any more (overlay). A remote endpoint left behind
 // would keep its address from the CNI: HNS refuses a local endpoint while a
 // remote one has its IP (kubernetes #130963, fixed in kube-proxy by #131138),
 // so a pod given an address that was remote a moment ago (pod IPs move
 // between nodes with Azure CNI, flat L2Bridge, Calico's borrowed blocks,
 // node replacement) could not start until the next full sync.
-func (r *round) releaseUnused(ctx context.Context, was map[string]bool, plan hnsPlan) {
+func (r *round) releaseUnused(ctx context.Context, was map[string]bool, plan hnsPlan, goneClusterIPs map[netip.Addr]bool) {
 	b := r.b
+	for ip := range goneClusterIPs {
+		if ep, ok := b.byIP[ip]; ok {
+			was[strings.ToLower(ep.ID)] = true
+		}
+	}
 	if len(was) == 0 {
 		return
 	}

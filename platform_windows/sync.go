@@ -62,9 +62,10 @@ func (b *Backend) Sync(ctx context.Context, state *core.NodeState, changes core.
 			plan = planPorts(state, list, opts)
 		}
 	}
+	gone := b.goneClusterIPs(state, keys)
 	b.rememberFrontends(state, keys, full)
 	remotes := b.remotesCreated
-	notices, err := b.reconcile(ctx, plan, keys, full)
+	notices, err := b.reconcile(ctx, plan, keys, full, gone)
 	b.notify(state, append(plan.Notices, notices...), changes, keys, full)
 	if repair != nil {
 		n := b.remotesCreated - remotes
@@ -225,6 +226,37 @@ func (b *Backend) notify(state *core.NodeState, notices []notice, changes core.C
 			b.cfg.Notifier.Unsupported(n.Service, n.Feature, n.Detail)
 		}
 	}
+}
+
+// goneClusterIPs are the ClusterIPs of the ports in scope that left the
+// state and that no port still in it has (a Service deleted; another port
+// of a Service that remains keeps its ClusterIP): on overlay networks their
+// remote endpoint goes in this sync, as kube-proxy's.
+func (b *Backend) goneClusterIPs(state *core.NodeState, scope map[core.PortKey]struct{}) map[netip.Addr]bool {
+	if !b.network.isOverlay() {
+		return nil
+	}
+	var gone map[netip.Addr]bool
+	for k := range scope {
+		if state.Ports[k] != nil {
+			continue
+		}
+		for _, f := range b.frontends[k] {
+			if f.Kind == core.FrontendClusterIP {
+				if gone == nil {
+					gone = map[netip.Addr]bool{}
+				}
+				gone[f.Addr] = true
+			}
+		}
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	for _, p := range state.Ports {
+		delete(gone, p.ClusterIP)
+	}
+	return gone
 }
 
 // rememberFrontends records the frontends of the ports in scope.

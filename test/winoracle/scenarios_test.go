@@ -366,6 +366,12 @@ func scenarios() []scenario {
 		healthCheckVIP(single("overlay: forwardHealthCheckVip, LoadBalancer externalTrafficPolicy Local", true, webLBLocal, localAndRemote()...)),
 		withRoot(single("overlay: forwardHealthCheckVip off, LoadBalancer externalTrafficPolicy Cluster", true, webLB, localAndRemote()...)),
 	)
+	// kube-proxy's Windows annotation preserve-destination (winkernel
+	// newServiceInfo: DSR, UseMux and PreserveDIP on the ingress).
+	preserve := service("web-pd", "10.96.0.41", loadBalancer(30091, "172.16.0.20"), func(s *v1.Service) {
+		s.Annotations = map[string]string{"preserve-destination": "true"}
+	})
+	sc = append(sc, single("l2bridge: LoadBalancer with preserve-destination", false, preserve, localAndRemote()...))
 	noHost := healthCheckVIP(single("l2bridge: forwardHealthCheckVip without the host endpoint", false, webLB, localAndRemote()...))
 	noHost.Root = ""
 	sc = append(sc, noHost)
