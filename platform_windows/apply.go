@@ -60,7 +60,7 @@ func diffLoadBalancers(desired []desiredLB, current []ownedLB, canModify bool) [
 		switch {
 		case !ok:
 			ops = append(ops, lbOp{kind: opCreate, owner: d.Owner, desired: d.LB})
-		case sameLB(c.LB, d.LB):
+		case reportsAs(c.LB, d.LB):
 			if c.Owner != d.Owner {
 				// Same HNS object, new owner (a Service recreated with the same frontend):
 				// an update with no HNS change records the new owner.
@@ -82,6 +82,25 @@ func diffLoadBalancers(desired []desiredLB, current []ownedLB, canModify bool) [
 		ops = append(ops, lbOp{kind: opDelete, owner: c.Owner, current: c.LB})
 	}
 	return ops
+}
+
+// reportsAs reports whether the load balancer HNS reported is the one
+// wanted, allowing for what HNS is known or suspected to fill in or leave
+// out when it reports a load balancer back (platform_windows/testdata/
+// hns-recorded and its README): a source VIP on a load balancer sent
+// without one (L2Bridge: HNS may report the node's address), and port
+// mapping flag 16 (VipExternalIP), which an HNS that does not know it may
+// not report. Rewriting would not change what HNS reports, so it would
+// only rewrite the load balancer on every full sync and, without modify,
+// drop its connections each time.
+func reportsAs(reported, want LoadBalancer) bool {
+	if !want.SourceVIP.IsValid() {
+		reported.SourceVIP = netip.Addr{}
+	}
+	if want.Flags.VipExternalIP {
+		reported.Flags.VipExternalIP = true
+	}
+	return sameLB(reported, want)
 }
 
 // sameLB reports whether two load balancers are the same HNS configuration.

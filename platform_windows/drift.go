@@ -155,7 +155,7 @@ func (b *Backend) drifted(lbs []LoadBalancer) []string {
 		switch {
 		case !ok:
 			out = append(out, fmt.Sprintf("%s %s of %s missing", o.Owner.Kind, o.LB.frontend(), o.Owner.Key()))
-		case !sameLB(got, o.LB):
+		case !reportsAs(got, o.LB):
 			out = append(out, fmt.Sprintf("%s %s of %s changed", o.Owner.Kind, o.LB.frontend(), o.Owner.Key()))
 		}
 	}

@@ -97,3 +97,37 @@ func TestPortLockRetriedWithBackoff(t *testing.T) {
 }
 
 func itoa(i int) string { return string(rune('0'+i/10)) + string(rune('0'+i%10)) }
+
+// TestReportsAs: a load balancer HNS reports with a source VIP it was sent
+// without (L2Bridge, the node's address) or without port mapping flag 16
+// is the one wanted; any other difference is not (the replay under Wine,
+// TestHCNReplayZeroWrites, runs it through hcn's JSON).
+func TestReportsAs(t *testing.T) {
+	want := LoadBalancer{Protocol: ProtocolTCP, ExternalPort: 30080, InternalPort: 8080, EndpointIDs: []string{"a"},
+		Flags: LBFlags{LocalRoutedVIP: true, VipExternalIP: true}}
+	for _, c := range []struct {
+		name   string
+		change func(*LoadBalancer)
+		same   bool
+	}{
+		{"as sent", func(*LoadBalancer) {}, true},
+		{"the node's address as source VIP", func(lb *LoadBalancer) { lb.SourceVIP = ip("192.168.0.11") }, true},
+		{"flag 16 not reported", func(lb *LoadBalancer) { lb.Flags.VipExternalIP = false }, true},
+		{"DSR reported", func(lb *LoadBalancer) { lb.Flags.DSR = true }, false},
+		{"another endpoint", func(lb *LoadBalancer) { lb.EndpointIDs = []string{"b"} }, false},
+		{"another internal port", func(lb *LoadBalancer) { lb.InternalPort = 9090 }, false},
+	} {
+		got := cloneLB(want)
+		c.change(&got)
+		if reportsAs(got, want) != c.same {
+			t.Errorf("%s: reportsAs %v, want %v", c.name, !c.same, c.same)
+		}
+	}
+	overlayWant := want
+	overlayWant.SourceVIP = ip("10.244.1.2")
+	reported := cloneLB(overlayWant)
+	reported.SourceVIP = ip("192.168.0.11")
+	if reportsAs(reported, overlayWant) {
+		t.Errorf("an overlay load balancer reported with another source VIP must be rewritten")
+	}
+}

@@ -471,7 +471,7 @@ func (r *round) settleExisting(ctx context.Context) {
 		}
 		b.log.WithFields(logrus.Fields{"id": lb.ID, "frontend": f}).Info("HNS already had this load balancer (restored after an HNS restart): adopted")
 		b.owned[lb.ID] = ownedLB{LB: lb, Owner: op.owner}
-		if !sameLB(lb, op.desired) {
+		if !reportsAs(lb, op.desired) {
 			b.retry[op.owner.Key()] = struct{}{}
 		}
 	}
