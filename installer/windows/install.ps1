@@ -47,7 +47,8 @@ param(
     [Parameter(ParameterSetName = 'Uninstall', Mandatory = $true)]
     [switch]$Uninstall,
 
-    # With -Uninstall: remove crossproxy's HNS load balancers first (crossproxy cleanup).
+    # With -Uninstall: remove crossproxy's HNS load balancers and endpoints first (crossproxy
+    # cleanup, on the network the service runs with, else on the one its ledger recorded).
     [Parameter(ParameterSetName = 'Uninstall')]
     [switch]$Cleanup,
 
@@ -90,6 +91,12 @@ $Settings = @(
     @{ Param = 'EnableDSR';   Property = 'ENABLEDSR';   Value = 'EnableDSR';   Flag = '--enable-dsr';        Quote = $false },
     @{ Param = 'ExtraArgs';   Property = 'EXTRAARGS';   Value = 'ExtraArgs';   Flag = '';                    Quote = $false }
 )
+
+# The "crossproxy run" flag naming the HNS network as the installed service's command line
+# (its ImagePath) carries it: --network-name VALUE (crossproxy service install), --network-name
+# "VALUE" (the MSI quotes it) or --network-name=VALUE (in EXTRAARGS). The installer tests run
+# this pattern on the command lines both installers write.
+$NetworkFlagPattern = '(?:^|\s)--network-name(?:=|\s+)(?:"(?<quoted>[^"]*)"|(?<bare>[^\s"]+))'
 
 # The config a bare-binary install writes when there is none (the MSI ships the same file,
 # installer/windows/config.yaml).
@@ -343,21 +350,79 @@ function Uninstall-Binary {
     if (Test-Path $RegistryKey) { Remove-Item -Path $RegistryKey -Recurse -Force }
 }
 
+# Get-ServiceCommandLine returns the installed service's command line (its ImagePath, which
+# both installers write), or '' when there is no service.
+function Get-ServiceCommandLine {
+    $key = "HKLM:\SYSTEM\CurrentControlSet\Services\$ServiceName"
+    if (-not (Test-Path $key)) { return '' }
+    $p = (Get-ItemProperty -Path $key).PSObject.Properties['ImagePath']
+    if ($null -eq $p) { return '' }
+    return [string]$p.Value
+}
+
+# Get-ServiceNetwork returns the HNS network named on a service command line: the last
+# --network-name, as "crossproxy run" takes the last one; '' when it names none.
+function Get-ServiceNetwork([string]$CommandLine) {
+    $network = ''
+    foreach ($m in [regex]::Matches($CommandLine, $NetworkFlagPattern)) {
+        if ($m.Groups['quoted'].Success) { $network = $m.Groups['quoted'].Value } else { $network = $m.Groups['bare'].Value }
+    }
+    return $network
+}
+
+# Find-InstalledExe returns the crossproxy.exe to run cleanup with: the one the service runs
+# (the command line's first word, quoted when the path has spaces), else the one in the
+# remembered install directory (an MSI install may have been given INSTALLDIR), else in
+# -InstallDir; $null when none exists.
+function Find-InstalledExe([string]$CommandLine) {
+    $candidates = @()
+    if ($CommandLine -match '^\s*"([^"]+)"') {
+        $candidates += $Matches[1]
+    } elseif ($CommandLine -match '^\s*(\S+)') {
+        $candidates += $Matches[1]
+    }
+    if (Test-Path $RegistryKey) {
+        $dir = (Get-ItemProperty -Path $RegistryKey).PSObject.Properties['InstallDir']
+        if ($null -ne $dir -and [string]$dir.Value -ne '') { $candidates += (Join-Path ([string]$dir.Value) 'crossproxy.exe') }
+    }
+    $candidates += (Join-Path $InstallDir 'crossproxy.exe')
+    foreach ($c in $candidates) {
+        if (Test-Path -Path $c -PathType Leaf) { return $c }
+    }
+    return $null
+}
+
+# Get-CleanupArguments builds the "crossproxy cleanup" arguments. The network is -NetworkName
+# when given, else the one the installed service runs with, else the remembered setting. With
+# none (a default install, where crossproxy finds the network itself) no --network-name is
+# passed: crossproxy cleanup then uses the network its ledger recorded when the service synced.
+function Get-CleanupArguments([hashtable]$Given, [string]$CommandLine) {
+    $network = ''
+    if ($Given.ContainsKey('NetworkName')) { $network = [string]$Given['NetworkName'] }
+    if ($network -eq '') { $network = Get-ServiceNetwork -CommandLine $CommandLine }
+    if ($network -eq '') { $network = (Get-SettingValues -Given @{})['NetworkName'] }
+    $cleanupArgs = @('cleanup')
+    if ($network -ne '') { $cleanupArgs += @('--network-name', $network) }
+    return $cleanupArgs
+}
+
 function Invoke-Uninstall {
     $kind = Get-InstallKind
     if ($kind -eq 'none') {
         Write-Host 'crossproxy is not installed; nothing to do'
     } else {
         if ($Cleanup) {
-            $exe = Join-Path $InstallDir 'crossproxy.exe'
-            # The HNS backend needs the network its load balancers are attached to.
-            $network = (Get-SettingValues -Given $given)['NetworkName']
-            if ($network -eq '') { Fail '-Cleanup needs the HNS network: give -NetworkName.' }
-            if (Test-Path $exe) {
-                Stop-Service -Name $ServiceName -Force -ErrorAction SilentlyContinue
-                & $exe cleanup --network-name $network
-                if ($LASTEXITCODE -ne 0) { Fail "crossproxy cleanup failed ($LASTEXITCODE); nothing was uninstalled." }
+            $commandLine = Get-ServiceCommandLine
+            $exe = Find-InstalledExe -CommandLine $commandLine
+            if ($null -eq $exe) {
+                Fail "-Cleanup: no crossproxy.exe found (service command line: '$commandLine'; $InstallDir); nothing was uninstalled. Uninstall without -Cleanup and remove the load balancers by hand."
             }
+            $cleanupArgs = Get-CleanupArguments -Given $given -CommandLine $commandLine
+            # Stopped first: a running service would put the load balancers back.
+            Stop-Service -Name $ServiceName -Force -ErrorAction SilentlyContinue
+            Write-Host "$exe $($cleanupArgs -join ' ')"
+            & $exe @cleanupArgs
+            if ($LASTEXITCODE -ne 0) { Fail "crossproxy cleanup failed ($LASTEXITCODE); nothing was uninstalled." }
         }
         if ($kind -eq 'msi') {
             $code = Get-MsiProductCode

@@ -489,6 +489,10 @@ func TestMSIUnderWine(t *testing.T) {
 				t.Errorf("service ImagePath %q lacks %q", img, want)
 			}
 		}
+		// install.ps1 -Uninstall -Cleanup reads the network from this command line.
+		if got := serviceNetwork(psNetworkPattern(t), img); got != "crossproxy-test" {
+			t.Errorf("install.ps1's network pattern reads %q from the MSI's ImagePath %q, want crossproxy-test", got, img)
+		}
 		if strings.Contains(img, "--kubeconfig") || strings.Contains(img, "--source-vip") || strings.Contains(img, "--enable-dsr") {
 			t.Errorf("service ImagePath %q has flags for properties that were not given", img)
 		}

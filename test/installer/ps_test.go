@@ -185,3 +185,110 @@ func TestInstallPS1DefaultConfig(t *testing.T) {
 		t.Errorf("install.ps1 $DefaultConfig differs from installer/windows/config.yaml")
 	}
 }
+
+// psFunction returns the text of the install.ps1 function name, from its
+// "function" line to the closing brace at the start of a line (the script's
+// style for every function).
+func psFunction(t *testing.T, src, name string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?ms)^function ` + regexp.QuoteMeta(name) + `\b.*?^\}`).FindString(src)
+	if m == "" {
+		t.Fatalf("install.ps1: no function %s", name)
+	}
+	return m
+}
+
+// psNetworkPattern compiles install.ps1's $NetworkFlagPattern, the .NET regex
+// Get-ServiceNetwork reads the installed service's network with. It uses
+// only syntax .NET and Go read alike (named groups, classes, alternation).
+func psNetworkPattern(t *testing.T) *regexp.Regexp {
+	t.Helper()
+	src, err := os.ReadFile(installPS1())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\$NetworkFlagPattern = '([^']*)'`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("install.ps1: no $NetworkFlagPattern = '...'")
+	}
+	re, err := regexp.Compile(string(m[1]))
+	if err != nil {
+		t.Fatalf("install.ps1 $NetworkFlagPattern: %v", err)
+	}
+	return re
+}
+
+// serviceNetwork does what Get-ServiceNetwork does with the pattern: the last
+// match wins, its quoted or bare value.
+func serviceNetwork(re *regexp.Regexp, commandLine string) string {
+	network := ""
+	quoted, bare := re.SubexpIndex("quoted"), re.SubexpIndex("bare")
+	for _, m := range re.FindAllStringSubmatchIndex(commandLine, -1) {
+		if g := quoted; m[2*g] >= 0 { // the group took part (.NET: Success)
+			network = commandLine[m[2*g]:m[2*g+1]]
+		} else if g := bare; m[2*g] >= 0 {
+			network = commandLine[m[2*g]:m[2*g+1]]
+		}
+	}
+	return network
+}
+
+// TestInstallPS1CleanupWithoutNetwork: `install.ps1 -Uninstall -Cleanup` on a
+// default install (no -NetworkName then or now) runs `crossproxy cleanup`
+// instead of refusing. The network it passes is the one the installed service
+// runs with, read from its command line, and with none it passes no
+// --network-name, so crossproxy cleanup takes the network its ledger recorded
+// (platform_windows TestCleanupUsesRecordedNetwork). PowerShell cannot run
+// here: the script's uninstall path is checked by its text, and the pattern
+// that reads the network by running it on the command lines both installers
+// write (TestMSIUnderWine runs it on the ImagePath the MSI wrote under Wine).
+func TestInstallPS1CleanupWithoutNetwork(t *testing.T) {
+	b, err := os.ReadFile(installPS1())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := strings.ReplaceAll(string(b), "\r\n", "\n")
+	uninstall := psFunction(t, src, "Invoke-Uninstall")
+	for _, refusal := range []string{"-NetworkName", "needs the HNS network"} {
+		if strings.Contains(uninstall, refusal) {
+			t.Errorf("Invoke-Uninstall still mentions %q: -Cleanup must not need a network given", refusal)
+		}
+	}
+	for _, want := range []string{
+		"$commandLine = Get-ServiceCommandLine",
+		"$cleanupArgs = Get-CleanupArguments -Given $given -CommandLine $commandLine",
+		"& $exe @cleanupArgs",
+	} {
+		if !strings.Contains(uninstall, want) {
+			t.Errorf("Invoke-Uninstall lacks %q: cleanup must run with the arguments built from the service's command line", want)
+		}
+	}
+	if stop, run := strings.Index(uninstall, "Stop-Service"), strings.Index(uninstall, "& $exe @cleanupArgs"); run >= 0 && (stop < 0 || stop > run) {
+		t.Errorf("Invoke-Uninstall runs cleanup before stopping the service, which would put the load balancers back")
+	}
+	args := psFunction(t, src, "Get-CleanupArguments")
+	for _, want := range []string{
+		"$cleanupArgs = @('cleanup')",
+		"if ($network -ne '') { $cleanupArgs += @('--network-name', $network) }",
+		"$network = Get-ServiceNetwork -CommandLine $CommandLine",
+	} {
+		if !strings.Contains(args, want) {
+			t.Errorf("Get-CleanupArguments lacks %q: --network-name only when a network is known, else the ledger's", want)
+		}
+	}
+
+	re := psNetworkPattern(t)
+	for _, c := range []struct{ name, commandLine, want string }{
+		{"MSI, NETWORKNAME (quoted)", `"C:\Program Files\crossproxy\crossproxy.exe" service run -- --config "C:\ProgramData\crossproxy\config.yaml" --network-name "Calico" --hostname-override node-a`, "Calico"},
+		{"MSI, default install", `"C:\Program Files\crossproxy\crossproxy.exe" service run -- --config "C:\ProgramData\crossproxy\config.yaml" --cluster-cidr 10.244.0.0/16`, ""},
+		{"MSI, EXTRAARGS after NETWORKNAME (the last wins)", `"C:\Program Files\crossproxy\crossproxy.exe" service run -- --config "C:\ProgramData\crossproxy\config.yaml" --network-name "Calico" --network-name=vxlan0`, "vxlan0"},
+		{"service install (install.ps1 -Binary)", `"C:\Program Files\crossproxy\crossproxy.exe" service run --name crossproxy -- --config C:\ProgramData\crossproxy\config.yaml --network-name flannel.4096 --source-vip 10.244.3.2`, "flannel.4096"},
+		{"service install, name with a space", `"C:\Program Files\crossproxy\crossproxy.exe" service run --name crossproxy -- --network-name "pod net"`, "pod net"},
+		{"service install, default", `"C:\Program Files\crossproxy\crossproxy.exe" service run --name crossproxy -- --config C:\ProgramData\crossproxy\config.yaml`, ""},
+		{"no service", ``, ""},
+	} {
+		if got := serviceNetwork(re, c.commandLine); got != c.want {
+			t.Errorf("%s: network %q from %s, want %q", c.name, got, c.commandLine, c.want)
+		}
+	}
+}
