@@ -182,6 +182,12 @@ type BackendConfig struct {
 	// RootHNSEndpointName is the host's HNS endpoint those probes go to
 	// (kube-proxy's rootHnsEndpointName; empty means "cbr0", as kube-proxy).
 	RootHNSEndpointName string
+	// Cleanup says the backend is made to remove what crossproxy programmed
+	// (cleanup, cleanup-on-delete), not to program: Windows skips the start
+	// checks `run` refuses to start on (several candidate networks, an
+	// Antrea node), so they cannot keep an uninstall from removing what a
+	// former run made; the network comes from the flag or the ledger.
+	Cleanup bool
 	// HNSConcurrency bounds the HNS calls in flight (0: 1). kube-proxy has
 	// only ever called HNS one call at a time, so how HNS behaves under
 	// concurrent writes is unknown; more than 1 is for measuring.

@@ -72,6 +72,9 @@ func newBackend(cfg platform.BackendConfig, log logrus.FieldLogger) (platform.Ba
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Cleanup {
+		return b, nil // cleanup takes the network from the flag or the ledger
+	}
 	// Refuse to start with a configuration kube-proxy refuses (no HNS V2 API;
 	// overlay without a source VIP or remote subnet support). HNS not
 	// answering yet (boot) is not a reason: the sync loop asks again.

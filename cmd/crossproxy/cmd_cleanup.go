@@ -22,6 +22,7 @@ Windows its HNS load balancers) and nothing else. Run it after stopping crosspro
 			if err != nil {
 				return err
 			}
+			cfg.Cleanup = true
 			b, err := newBackend(cfg, log.WithField("command", "cleanup"))
 			if err != nil {
 				return err

@@ -319,6 +319,7 @@ func waitClosed(ctx context.Context, addr string, wait time.Duration) error {
 // cleanupNode removes everything crossproxy installed in this node's data
 // plane, as `crossproxy cleanup`.
 func cleanupNode(ctx context.Context, cfg platform.BackendConfig, log logrus.FieldLogger) error {
+	cfg.Cleanup = true
 	b, err := newBackend(cfg, log)
 	if err != nil {
 		return err

@@ -23,7 +23,7 @@ test-windows: test-windows-unit test-windows-service
 test-windows-unit:
 	GOOS=windows GOARCH=amd64 $(GO) test -count=1 -skip '$(WINE_SKIP)' -exec $(WINE_EXEC) $(WINDOWS_TEST_PKGS)
 	# The uninstall container's cleanup in the Windows binary (issue 37).
-	GOOS=windows GOARCH=amd64 $(GO) test -tags fakehns -count=1 -run 'TestCleanupNodeRemovesHNSState' -exec $(WINE_EXEC) ./cmd/crossproxy/
+	GOOS=windows GOARCH=amd64 $(GO) test -tags fakehns -count=1 -run 'TestCleanupNodeRemovesHNSState|TestInstallRestartsOnNonCrashFailures' -exec $(WINE_EXEC) ./cmd/crossproxy/
 
 test-windows-service:
 	bash test/wine/service-test.sh
