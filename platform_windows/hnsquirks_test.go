@@ -60,8 +60,11 @@ func TestFrontendOutageIsOneCall(t *testing.T) {
 		t.Logf("%s without a load balancer for %s", f, d)
 		worst = max(worst, d)
 	}
-	if len(r.fake.Outage()) != n || worst > 4*latency {
-		t.Fatalf("%d frontends replaced, the longest without a load balancer for %s, want every one within %s (about one call of %s)", len(r.fake.Outage()), worst, 4*latency, latency)
+	// About one call each; a phase of deletes first would leave the last
+	// frontend without a load balancer for n calls. The bound leaves room
+	// for sleeps that overshoot on a loaded machine.
+	if bound := n / 4 * latency; len(r.fake.Outage()) != n || worst > bound {
+		t.Fatalf("%d frontends replaced, the longest without a load balancer for %s, want every one within %s (one call is %s)", len(r.fake.Outage()), worst, bound, latency)
 	}
 }
 
