@@ -1,0 +1,424 @@
+//go:build hnsemu
+
+package hnsemu
+
+// The proof of the emulator's first slice (issue 49): the release
+// crossproxy.exe, built as `make release` builds it and unmodified, runs
+// under Wine with the computenetwork.dll and vmcompute.dll stand-ins and
+// programs the emulated HNS through hcsshim's real hcn path. Run with
+// `make test-hnsemu` (test/mk/hnsemu.mk) or
+// `go test -tags hnsemu -count=1 -v ./test/hnsemu/`.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	nodeName = "win-1"
+	// syncPeriod is crossproxy's --sync-period and --full-sync-period: a
+	// full sync, which reads HNS and repairs what is missing, at least this
+	// often.
+	syncPeriod = 2 * time.Second
+)
+
+type env struct {
+	t       *testing.T
+	root    string
+	prefix  string // the emulator's Wine prefix, with the DLL stand-ins
+	srv     *Server
+	control string
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	for _, bin := range []string{"wine", "wineserver", "x86_64-w64-mingw32-gcc"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s not installed (test/setup-host.sh installs it): %v", bin, err)
+		}
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	out, err := exec.Command("bash", filepath.Join(root, "test/hnsemu/dll/build.sh")).Output()
+	if err != nil {
+		t.Fatalf("dll/build.sh: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	prefix := lines[len(lines)-1]
+	t.Logf("DLL stand-ins built and installed in %s in %s", prefix, time.Since(start).Round(time.Millisecond))
+	if def := filepath.Join(root, "test/.cache/wine/drive_c/windows/system32/computenetwork.dll"); fileExists(def) {
+		t.Fatalf("%s exists: the default test prefix must stay without the stand-ins (TestHCNBackendFailsCleanly)", def)
+	}
+	srv, err := Start("127.0.0.1:0", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	e := &env{t: t, root: root, prefix: prefix, srv: srv, control: "http://" + srv.ControlAddr}
+	t.Cleanup(func() {
+		k := exec.Command("wineserver", "-k")
+		k.Env = e.wineEnv()
+		_ = k.Run()
+	})
+	return e
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func (e *env) wineEnv() []string {
+	return append(os.Environ(), "WINEPREFIX="+e.prefix, "WINEDEBUG=-all", "WINEARCH=win64",
+		"HNSEMU_ADDR="+e.srv.DLLAddr, "HNSEMU_NODE="+nodeName)
+}
+
+// wine runs a Windows program in the emulator's prefix.
+func (e *env) wine(ctx context.Context, exe string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "wine", append([]string{exe}, args...)...)
+	cmd.Env = e.wineEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd
+}
+
+// post calls the control API.
+func (e *env) post(path string, req, resp any) {
+	e.t.Helper()
+	b, _ := json.Marshal(req)
+	r, err := http.Post(e.control+path, "application/json", bytes.NewReader(b))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer r.Body.Close()
+	if r.StatusCode != http.StatusOK {
+		var msg map[string]string
+		_ = json.NewDecoder(r.Body).Decode(&msg)
+		e.t.Fatalf("control API %s: %s: %s", path, r.Status, msg["error"])
+	}
+	if resp != nil {
+		if err := json.NewDecoder(r.Body).Decode(resp); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// state reads the node's HNS through the control API.
+func (e *env) state() State {
+	e.t.Helper()
+	r, err := http.Get(e.control + "/v1/state?node=" + nodeName)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer r.Body.Close()
+	var s State
+	if err := json.NewDecoder(r.Body).Decode(&s); err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+func winPath(p string) string { return "Z:" + strings.ReplaceAll(p, "/", `\`) }
+
+// buildRelease builds crossproxy.exe exactly as the release does (no
+// fakehns tag).
+func (e *env) buildRelease(dir string) string {
+	e.t.Helper()
+	exe := filepath.Join(dir, "crossproxy.exe")
+	start := time.Now()
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", exe, "./cmd/crossproxy")
+	cmd.Dir = e.root
+	cmd.Env = append(os.Environ(), "GOOS=windows", "GOARCH=amd64", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		e.t.Fatalf("release build: %v\n%s", err, out)
+	}
+	e.t.Logf("crossproxy.exe built (GOOS=windows GOARCH=amd64 CGO_ENABLED=0 go build -trimpath -ldflags '-s -w') in %s", time.Since(start).Round(time.Millisecond))
+	return exe
+}
+
+const manifests = `apiVersion: v1
+kind: Node
+metadata:
+  name: win-1
+  labels: {kubernetes.io/os: windows}
+spec:
+  podCIDR: 10.244.1.0/24
+  podCIDRs: [10.244.1.0/24]
+status:
+  addresses: [{type: InternalIP, address: 192.168.0.11}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  type: ClusterIP
+  clusterIP: 10.96.0.10
+  clusterIPs: [10.96.0.10]
+  ipFamilies: [IPv4]
+  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-abc
+  namespace: default
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+- addresses: [10.244.1.5]
+  nodeName: win-1
+  conditions: {ready: true, serving: true, terminating: false}
+- addresses: [10.244.1.6]
+  nodeName: win-1
+  conditions: {ready: true, serving: true, terminating: false}
+`
+
+// clusterIPLB returns the load balancer of 10.96.0.10:80/TCP, if any.
+func clusterIPLB(s State) *LoadBalancer {
+	for i, lb := range s.LoadBalancers {
+		if slices.Contains(lb.FrontendVIPs, "10.96.0.10") && len(lb.PortMappings) == 1 &&
+			lb.PortMappings[0].Protocol == 6 && lb.PortMappings[0].ExternalPort == 80 {
+			return &s.LoadBalancers[i]
+		}
+	}
+	return nil
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < d {
+		if cond() {
+			return time.Since(start)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s", d, what)
+	return 0
+}
+
+// TestReleaseBinaryOnEmulatedHNS: a Windows Server 2022 node whose CNI is
+// flannel host-gw (cbr0, L2Bridge, with External and cbr0_ep) and two pods
+// win-bridge attached; the release crossproxy.exe in standalone mode
+// programs the ClusterIP load balancer with both pods' endpoints, puts it
+// back within one sync period after it is deleted behind its back, and
+// `crossproxy cleanup` leaves exactly what the CNI made.
+func TestReleaseBinaryOnEmulatedHNS(t *testing.T) {
+	e := setup(t)
+	work := t.TempDir()
+	exe := e.buildRelease(work)
+	e.post("/v1/node", map[string]any{"node": nodeName, "profile": "ws2022", "reset": true}, nil)
+	var cbr0 Network
+	e.post("/v1/cni/network", CNINetwork{Node: nodeName, Layout: "flannel-host-gw", Subnet: "10.244.1.0/24", NodeIP: "192.168.0.11"}, &cbr0)
+	var pods []Endpoint
+	for i, ip := range []string{"10.244.1.5", "10.244.1.6"} {
+		var ep Endpoint
+		e.post("/v1/cni/endpoint", CNIEndpoint{Node: nodeName, Network: "cbr0", Name: fmt.Sprintf("pod-%d_eth0", i), IP: ip}, &ep)
+		pods = append(pods, ep)
+	}
+	cniMade := e.state()
+	if len(cniMade.Networks) != 2 || len(cniMade.Endpoints) != 3 {
+		t.Fatalf("the CNI's layout: %d networks, %d endpoints; want External and cbr0, cbr0_ep and two pods", len(cniMade.Networks), len(cniMade.Endpoints))
+	}
+	objects := filepath.Join(work, "objects.yaml")
+	if err := os.WriteFile(objects, []byte(manifests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A ledger from an earlier run names load balancers of an earlier emulator.
+	_ = os.RemoveAll(filepath.Join(e.prefix, "drive_c/ProgramData/crossproxy"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	logPath := filepath.Join(work, "run.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	run := e.wine(ctx, exe, "run", "--manifests", winPath(objects), "--node", nodeName, "--network-name", "cbr0",
+		"--ip-families", "IPv4", "--sync-period", syncPeriod.String(), "--full-sync-period", syncPeriod.String(),
+		"--min-sync-period", "100ms", "--healthz-bind-address=", "--metrics-bind-address=")
+	run.Stdout, run.Stderr = logFile, logFile
+	started := time.Now()
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- run.Wait() }()
+	stop := func() {
+		if run.Process != nil {
+			_ = syscall.Kill(-run.Process.Pid, syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(10 * time.Second):
+				_ = syscall.Kill(-run.Process.Pid, syscall.SIGKILL)
+				<-exited
+			}
+			run.Process = nil
+		}
+	}
+	defer stop()
+	defer func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("crossproxy run's log:\n%s", b)
+		}
+	}()
+
+	// 1. The ClusterIP load balancer holds both pods' endpoints.
+	want := []string{pods[0].ID, pods[1].ID}
+	slices.Sort(want)
+	var first *LoadBalancer
+	waitFor(t, 90*time.Second, "the ClusterIP load balancer with both endpoints", func() bool {
+		select {
+		case err := <-exited:
+			b, _ := os.ReadFile(logPath)
+			t.Fatalf("crossproxy run exited: %v\n%s", err, b)
+		default:
+		}
+		first = clusterIPLB(e.state())
+		if first == nil {
+			return false
+		}
+		got := slices.Clone(first.HostComputeEndpoints)
+		slices.Sort(got)
+		return slices.Equal(got, want)
+	})
+	t.Logf("ClusterIP load balancer %s (10.96.0.10:80 -> 8080, endpoints %v) in HNS %s after the Wine start", first.ID, first.HostComputeEndpoints, time.Since(started).Round(time.Millisecond))
+	if first.PortMappings[0].InternalPort != 8080 || first.SourceVIP != "" {
+		t.Errorf("load balancer %+v: want internal port 8080 and no source VIP (L2Bridge)", *first)
+	}
+
+	// 2. Deleted behind its back, it is back within one sync period.
+	e.post("/v1/delete", map[string]string{"node": nodeName, "kind": "loadbalancer", "id": first.ID}, nil)
+	deleted := time.Now()
+	var again *LoadBalancer
+	waitFor(t, 30*time.Second, "the deleted load balancer to come back", func() bool {
+		again = clusterIPLB(e.state())
+		return again != nil
+	})
+	back := time.Since(deleted)
+	t.Logf("load balancer deleted behind crossproxy's back: back as %s after %s (sync period %s)", again.ID, back.Round(time.Millisecond), syncPeriod)
+	// One sync period, plus the sync's own time under Wine (tens of ms) and
+	// this poll's 50 ms.
+	if back > syncPeriod+time.Second {
+		t.Errorf("load balancer back after %s: more than one sync period (%s)", back, syncPeriod)
+	}
+	got := slices.Clone(again.HostComputeEndpoints)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("recreated load balancer's endpoints %v, want %v", got, want)
+	}
+	stop()
+	log, _ := os.ReadFile(logPath)
+	if !strings.Contains(string(log), "rules in sync") {
+		t.Errorf("no sync in crossproxy's log:\n%s", log)
+	}
+
+	// 3. crossproxy cleanup leaves only what the CNI made.
+	cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer ccancel()
+	out, err := e.wine(cctx, exe, "cleanup", "--network-name", "cbr0").CombinedOutput()
+	if err != nil {
+		t.Fatalf("crossproxy cleanup: %v\n%s", err, out)
+	}
+	after := e.state()
+	if len(after.LoadBalancers) != 0 {
+		t.Errorf("after cleanup: load balancers %+v remain", after.LoadBalancers)
+	}
+	ids := func(s State) (nw, ep []string) {
+		for _, n := range s.Networks {
+			nw = append(nw, n.ID)
+		}
+		for _, x := range s.Endpoints {
+			ep = append(ep, x.ID)
+		}
+		slices.Sort(nw)
+		slices.Sort(ep)
+		return nw, ep
+	}
+	nw0, ep0 := ids(cniMade)
+	nw1, ep1 := ids(after)
+	if !slices.Equal(nw0, nw1) || !slices.Equal(ep0, ep1) {
+		t.Errorf("after cleanup: networks %v endpoints %v, want the CNI's %v %v", nw1, ep1, nw0, ep0)
+	}
+	t.Logf("cleanup: %s", strings.TrimSpace(string(out)))
+	t.Logf("HNS calls crossproxy made (per DLL export): %v", after.Calls)
+}
+
+// TestHCNProbe runs hcsshim's own functions (test/hnsemu/probe) through the
+// stand-ins on each release profile: the HNS version hcn reads, and how hcn's
+// error predicates classify the emulator's HRESULTs.
+func TestHCNProbe(t *testing.T) {
+	e := setup(t)
+	work := t.TempDir()
+	exe := filepath.Join(work, "probe.exe")
+	cmd := exec.Command("go", "build", "-o", exe, "./test/hnsemu/probe")
+	cmd.Dir = e.root
+	cmd.Env = append(os.Environ(), "GOOS=windows", "GOARCH=amd64", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("probe build: %v\n%s", err, out)
+	}
+	for _, p := range []struct {
+		profile, version string
+		modify           bool
+	}{{"ws2019", "10.2", false}, {"ws2022", "13.2", false}, {"ws2025", "15.4", true}} {
+		t.Run(p.profile, func(t *testing.T) {
+			e.t = t
+			e.post("/v1/node", map[string]any{"node": nodeName, "profile": p.profile, "reset": true}, nil)
+			e.post("/v1/cni/network", CNINetwork{Node: nodeName, Layout: "flannel-host-gw", Subnet: "10.244.1.0/24"}, nil)
+			e.post("/v1/cni/endpoint", CNIEndpoint{Node: nodeName, Network: "cbr0", Name: "pod", IP: "10.244.1.5"}, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			out, err := e.wine(ctx, exe, "cbr0").Output()
+			if err != nil {
+				t.Fatalf("probe: %v\n%s", err, out)
+			}
+			res := map[string]map[string]any{}
+			for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				var m map[string]any
+				if json.Unmarshal([]byte(l), &m) == nil {
+					res[m["call"].(string)] = m
+				}
+			}
+			check := func(call, key string, want any) {
+				t.Helper()
+				if got := res[call][key]; got != want {
+					t.Errorf("%s: %s = %v, want %v (%v)", call, key, got, want, res[call])
+				}
+			}
+			if v, _ := json.Marshal(res["GetGlobals"]["result"]); !strings.Contains(string(v), fmt.Sprintf(`{"Major":%s,"Minor":%s}`, strings.Split(p.version, ".")[0], strings.Split(p.version, ".")[1])) {
+				t.Errorf("GetGlobals: %s, want %s", v, p.version)
+			}
+			check("GetNetworkByName", "ok", true)
+			check("GetNetworkByName(missing)", "notFound", true)
+			check("CreateLoadBalancer", "ok", true)
+			check("CreateLoadBalancer(identical)", "alreadyExists", true)
+			check("CreateLoadBalancer(same frontend)", "portAlreadyExists", true)
+			check("CreateLoadBalancer(unknown endpoint)", "ok", false)
+			check("UpdateLoadBalancer", "ok", p.modify)
+			if !p.modify {
+				check("UpdateLoadBalancer", "notImplemented", true)
+			}
+			check("DeleteLoadBalancer", "ok", true)
+			check("DeleteLoadBalancer(again)", "elementNotFound", true)
+			check("DeleteEndpoint(missing)", "ok", false)
+			check("V1 GetHNSEndpointByName", "ok", true) // cbr0_ep, made through V1
+			check("V1 GetHNSEndpointByName(missing)", "ok", false)
+			if t.Failed() {
+				t.Logf("probe output:\n%s", out)
+			}
+		})
+	}
+}
