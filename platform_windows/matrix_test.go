@@ -235,7 +235,7 @@ func playNode(t *testing.T, lay layout, prof Profile) {
 		t.Fatalf("programmed network %q, want %q", n.backend.cfg.NetworkName, lay.network.Name)
 	}
 	checkSourceVIP(t, n)
-	web := fmt.Sprintf("TCP/10.96.0.10/80")
+	const web = "TCP/10.96.0.10/80"
 	if got, want := n.lbEndpoints(web), []string{lay.localPod.String(), lay.remotePod.String()}; !slices.Equal(got, want) {
 		t.Fatalf("first programming: %s endpoints %v, want %v", web, got, want)
 	}
