@@ -46,10 +46,16 @@ type SyncResult struct {
 	OtherProxies []OtherProxy
 }
 
-// RunnerConfig tunes a Runner. Zero values take kube-proxy's defaults.
+// RunnerConfig tunes a Runner. Zero values take kube-proxy's defaults, except
+// MinSyncPeriod, whose zero value paces syncs by their cost.
 type RunnerConfig struct {
-	// MinSyncPeriod is the shortest time between two syncs: changes arriving
-	// faster are coalesced into one sync (default 1 s).
+	// MinSyncPeriod, when given (above zero), is the shortest time between
+	// two syncs: changes arriving faster are coalesced into one sync, as
+	// kube-proxy's --min-sync-period does. Zero, the default, paces syncs by
+	// what they cost instead (see Runner): with a change costing tens of
+	// microseconds, kube-proxy's 1 s would be the whole of a change's
+	// latency. As in kube-proxy, 0 in a configuration file means "the
+	// default", so only an operator who writes a period gets a fixed one.
 	MinSyncPeriod time.Duration
 	// SyncPeriod is the longest time between two syncs when nothing changes
 	// (default 30 s, kube-proxy's syncPeriod). Such a sync is partial and
@@ -59,7 +65,8 @@ type RunnerConfig struct {
 	// FullSyncPeriod is the period of full syncs, which rewrite everything
 	// crossproxy owns and so repair rules changed behind its back (default 1 h).
 	FullSyncPeriod time.Duration
-	// MaxBackoff caps the retry delay after failed syncs (default 1 min).
+	// MaxBackoff caps the retry delay after failed syncs, which doubles from
+	// MinSyncPeriod, or from 1 s when MinSyncPeriod is paced (default 1 min).
 	MaxBackoff time.Duration
 	// Clock is the time the Runner schedules by (nil: the wall clock); a
 	// backend's tests step a fake one to prove its drift bound through the
@@ -74,8 +81,8 @@ type RunnerConfig struct {
 }
 
 func (c RunnerConfig) withDefaults() RunnerConfig {
-	if c.MinSyncPeriod <= 0 {
-		c.MinSyncPeriod = time.Second
+	if c.MinSyncPeriod < 0 {
+		c.MinSyncPeriod = 0 // paced, as zero
 	}
 	if c.SyncPeriod <= 0 {
 		c.SyncPeriod = 30 * time.Second
@@ -91,10 +98,31 @@ func (c RunnerConfig) withDefaults() RunnerConfig {
 
 // Runner is the sync loop shared by both backends. It waits for the first
 // Trigger (sent by a source once its initial listing is complete), so it never
-// writes a partial view over working rules; then it coalesces triggers by
-// MinSyncPeriod, retries failures with exponential backoff and a forced full
-// sync, syncs at least every SyncPeriod and fully every FullSyncPeriod. Stopping it leaves the rules in
-// place: a restart or upgrade must not interrupt traffic.
+// writes a partial view over working rules; then it coalesces triggers (see
+// below), retries failures with exponential backoff and a forced full sync,
+// syncs at least every SyncPeriod and fully every FullSyncPeriod. Stopping it
+// leaves the rules in place: a restart or upgrade must not interrupt traffic.
+//
+// Without a MinSyncPeriod (the default) the Runner paces syncs by their
+// cost, because a change costs tens of microseconds on Linux at 100k
+// Services (test/results/scale.md) and a fixed second of batching was the
+// whole of a change's latency. It keeps a bucket of two syncs, as kube-proxy's
+// BoundedFrequencyRunner does, but refills it once per interval of ten times
+// the recent syncs' moving average cost (each sync's wall time from its
+// drift check to its last observer), at least 5 ms and at most 1 s, where
+// kube-proxy refills once per --min-sync-period. So a change after a quiet
+// interval syncs at once, and so does a second one right after it; under a
+// storm of changes, syncs come once per interval, each taking all the
+// changes since the last, and the sync loop is busy at most a tenth of the
+// time until syncs cost more than 100 ms, when the 1 s ceiling, kube-proxy's
+// default period, holds them as kube-proxy would. A sync may start only with
+// a token in the bucket, so the bucket is full again at most two intervals
+// after it and a pending change waits at most one interval after the last
+// sync's start: never longer than kube-proxy's default period. A full sync
+// counts for at most 100 ms in the average, so that the first sync at 100k
+// Services (seconds) does not hold the syncs after it at the ceiling for a
+// dozen seconds. An explicit MinSyncPeriod replaces all of this with
+// kube-proxy's fixed period, as before.
 type Runner struct {
 	cfg     RunnerConfig
 	source  StateSource
@@ -125,6 +153,72 @@ type Runner struct {
 	// checkedAt is when the backend's DriftChecker last ran (Runner
 	// goroutine only): the next check is due SyncPeriod after it.
 	checkedAt time.Time
+	// pace holds syncs back when MinSyncPeriod is zero (Runner goroutine
+	// only).
+	pace pacer
+}
+
+// Pacing by cost, the default (RunnerConfig.MinSyncPeriod zero); see Runner.
+const (
+	// paceFactor is the interval between syncs under a storm in multiples of
+	// their average cost: the sync loop is busy at most 1/paceFactor of the
+	// time, a tenth of a core, and a change waits about ten syncs' cost.
+	paceFactor = 10
+	// paceFloor keeps syncs that cost almost nothing (a few Services) from
+	// running once per change under a storm: what a sync leaves to others
+	// and its measured cost misses (the collection of the garbage its
+	// snapshot made, the kernel's work after the transaction) stays bounded
+	// at 200 syncs a second.
+	paceFloor = 5 * time.Millisecond
+	// paceCeiling is kube-proxy's default --min-sync-period: pacing never
+	// holds a change longer than kube-proxy would. It is also the first
+	// retry delay after a failed sync, as with kube-proxy's default.
+	paceCeiling = time.Second
+	// paceBurst syncs may run back to back after a quiet interval, as
+	// kube-proxy's runner lets two through: the updates of one event (a pod
+	// added, then ready) rarely come in one batch.
+	paceBurst = 2
+)
+
+// pacer is a bucket of paceBurst syncs refilled once per interval, the
+// interval following the syncs' moving average cost.
+type pacer struct {
+	// avg is the moving average of the recent syncs' cost, weighting the
+	// newest a quarter, so that one slow sync (a collection, a busy node)
+	// does not alone set the pace. Each sample counts for at most
+	// paceCeiling/paceFactor: beyond that the interval is the ceiling
+	// anyway, and a full sync of seconds would otherwise hold the ceiling
+	// for dozens of syncs after it.
+	avg time.Duration
+	// full is when the bucket will be full again if no more syncs run: each
+	// sync moves it one interval past the later of itself and the sync's
+	// start.
+	// Keeping the time rather than a count lets a sync whose timer woke late
+	// still take its place in the pace (the lateness does not add up).
+	full time.Time
+}
+
+// interval is the time one sync's token takes to come back.
+func (p *pacer) interval() time.Duration {
+	return min(max(paceFactor*p.avg, paceFloor), paceCeiling)
+}
+
+// due is the earliest start of the next sync: when at least one of the
+// bucket's paceBurst tokens is back.
+func (p *pacer) due() time.Time {
+	return p.full.Add(-(paceBurst - 1) * p.interval())
+}
+
+// synced takes a token for the sync that started at start and cost cost,
+// after adding its cost to the average, so that a sync that suddenly costs
+// more spaces the next one by its own cost at once.
+func (p *pacer) synced(start time.Time, cost time.Duration) {
+	cost = min(max(cost, 0), paceCeiling/paceFactor)
+	p.avg += (cost - p.avg) / 4
+	if p.full.Before(start) {
+		p.full = start
+	}
+	p.full = p.full.Add(p.interval())
 }
 
 // maxDrift bounds the descriptions of outside changes a sync keeps: a storm
@@ -224,7 +318,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 		}
 		if pending {
-			due := lastSync.Add(r.cfg.MinSyncPeriod)
+			due := r.syncDue(lastSync)
 			if retryAt.After(due) {
 				due = retryAt
 			}
@@ -237,28 +331,42 @@ func (r *Runner) Run(ctx context.Context) error {
 			// drift check already due) would only spin.
 			wait = d
 		}
-		if wait < 0 {
-			wait = 0
-		}
-		timer.Reset(wait)
-		select {
-		case <-ctx.Done():
-			r.log.Info("sync loop stopped; rules left in place")
-			return nil
-		case <-r.trigger:
+		take := func() { // a trigger: a sync is wanted
 			if !pending {
 				r.notifyQueued(r.clock.Now())
 				heldSince = r.clock.Now()
 			}
 			pending = true
-			if !timer.Stop() {
-				select {
-				case <-timer.C():
-				default:
+		}
+		if wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				r.log.Info("sync loop stopped; rules left in place")
+				return nil
+			case <-r.trigger:
+				take()
+				if !timer.Stop() {
+					select {
+					case <-timer.C():
+					default:
+					}
 				}
+				continue
+			case <-timer.C():
 			}
-			continue
-		case <-timer.C():
+		} else {
+			// Due now: no round trip through the timer, where a trigger
+			// arriving as it fires may win the select, again and again
+			// under a storm. A trigger already sent is this sync's.
+			select {
+			case <-ctx.Done():
+				r.log.Info("sync loop stopped; rules left in place")
+				return nil
+			case <-r.trigger:
+				take()
+			default:
+			}
 		}
 		now = r.clock.Now()
 		checkDue := false
@@ -277,19 +385,21 @@ func (r *Runner) Run(ctx context.Context) error {
 				pending = true
 			}
 		}
-		// A due drift check is not held back by MinSyncPeriod: it comes once
-		// per SyncPeriod, and waiting would stretch the repair bound.
-		if !pending || (!checkDue && now.Before(lastSync.Add(r.cfg.MinSyncPeriod))) || now.Before(retryAt) {
+		// A due drift check is not held back by MinSyncPeriod or the pace: it
+		// comes once per SyncPeriod, and waiting would stretch the repair
+		// bound.
+		if !pending || (!checkDue && now.Before(r.syncDue(lastSync))) || now.Before(retryAt) {
 			continue
 		}
-		if gate := lastSync.Add(r.cfg.MinSyncPeriod); started && heldSince.Before(gate) && !now.Before(gate) &&
+		if gate := lastSync.Add(r.cfg.MinSyncPeriod); r.cfg.MinSyncPeriod > 0 && started && heldSince.Before(gate) && !now.Before(gate) &&
 			now.Sub(gate) < r.cfg.MinSyncPeriod/10 && retryAt.IsZero() {
 			lastSync = gate // held back by MinSyncPeriod: see heldSince
 		} else {
-			lastSync = now
+			lastSync = now // paced syncs keep their place in pacer.full
 		}
 		started = true
 		res := r.syncOnce(ctx, carry)
+		r.pace.synced(now, r.clock.Now().Sub(now))
 		if res.Err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -299,7 +409,11 @@ func (r *Runner) Run(ctx context.Context) error {
 				return res.Err
 			}
 			failures++
-			backoff := r.cfg.MinSyncPeriod << min(failures-1, 16)
+			base := r.cfg.MinSyncPeriod
+			if base == 0 {
+				base = paceCeiling
+			}
+			backoff := base << min(failures-1, 16)
 			if backoff > r.cfg.MaxBackoff {
 				backoff = r.cfg.MaxBackoff
 			}
@@ -314,6 +428,16 @@ func (r *Runner) Run(ctx context.Context) error {
 			lastFull = now
 		}
 	}
+}
+
+// syncDue is the earliest start of a pending sync after one that started
+// at lastSync: MinSyncPeriod after it when one was given, else when the
+// pace lets it.
+func (r *Runner) syncDue(lastSync time.Time) time.Time {
+	if r.cfg.MinSyncPeriod > 0 {
+		return lastSync.Add(r.cfg.MinSyncPeriod)
+	}
+	return r.pace.due()
 }
 
 // syncOnce takes a snapshot and applies it, reporting to observers. carry
@@ -362,9 +486,10 @@ func (r *Runner) syncOnce(ctx context.Context, carry core.Changes) SyncResult {
 }
 
 // noteDrift is the backend's DriftWatcher callback: it keeps what others
-// changed for the next sync and asks for one (MinSyncPeriod still applies,
-// so a storm of changes is one repair). An empty description only asks for
-// a sync, whose checkDrift looks for itself.
+// changed for the next sync and asks for one (MinSyncPeriod or the pace
+// still applies, so a storm of changes is one repair per period or
+// interval). An empty description only asks for a sync, whose checkDrift
+// looks for itself.
 func (r *Runner) noteDrift(what string) {
 	if what != "" {
 		r.driftMu.Lock()

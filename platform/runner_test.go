@@ -293,7 +293,8 @@ func TestRunnerStopLeavesRules(t *testing.T) {
 	b := &fakeBackend{}
 	src := &fakeSource{}
 	r := NewRunner(RunnerConfig{}, src, b, quietLog())
-	if got := r.Config(); got.MinSyncPeriod != time.Second || got.SyncPeriod != 30*time.Second || got.FullSyncPeriod != time.Hour {
+	// No MinSyncPeriod by default: syncs are paced by their cost (issue 51).
+	if got := r.Config(); got.MinSyncPeriod != 0 || got.SyncPeriod != 30*time.Second || got.FullSyncPeriod != time.Hour {
 		t.Fatalf("defaults: %+v", got)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -674,5 +675,221 @@ func TestRunnerHeldSyncsKeepPace(t *testing.T) {
 	}
 	if worst > 5*step { // a step or two of goroutine scheduling besides
 		t.Fatalf("a change waited up to %v for its sync; the timer's lateness (up to a %v step) must not add up over %d syncs", worst, step, changes)
+	}
+}
+
+// costlyBackend is a fakeBackend whose every sync takes cost of the fake
+// clock's time, as a real backend's takes wall time, so the pace the Runner
+// derives from its syncs' cost is known. It records each sync at its start.
+type costlyBackend struct {
+	fakeBackend
+	cost time.Duration
+	fc   *clocktesting.FakeClock
+}
+
+func (b *costlyBackend) Sync(_ context.Context, _ *core.NodeState, ch core.Changes) error {
+	start := b.fc.Now()
+	b.fc.Step(b.cost)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.syncs = append(b.syncs, ch)
+	b.times = append(b.times, start)
+	if b.failN > 0 {
+		b.failN--
+		return errors.New("injected failure")
+	}
+	return nil
+}
+
+// startCostly runs a Runner on a fake clock over a costlyBackend.
+func startCostly(t *testing.T, cfg RunnerConfig, cost time.Duration) (*Runner, *costlyBackend, *clocktesting.FakeClock) {
+	t.Helper()
+	fc := clocktesting.NewFakeClock(time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC))
+	b := &costlyBackend{cost: cost, fc: fc}
+	cfg.Clock = fc
+	r := NewRunner(cfg, &fakeSource{}, b, quietLog())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return r, b, fc
+}
+
+// syncsWithoutWaiting reports whether the backend reaches n syncs while the
+// fake clock does not move, except by the syncs' own cost: it fires only
+// timers already due (a step of 0) whenever the runner has read its
+// triggers and waits, for up to two seconds of real time.
+func syncsWithoutWaiting(r *Runner, fc *clocktesting.FakeClock, b *fakeBackend, n int) bool {
+	deadline := time.Now().Add(2 * time.Second)
+	for !syncsDone(b, n)() && time.Now().Before(deadline) {
+		if len(r.trigger) == 0 && fc.HasWaiters() {
+			fc.Step(0)
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	return syncsDone(b, n)()
+}
+
+// TestRunnerPacedSyncsAtOnceWhenQuiet: without a MinSyncPeriod, a change
+// 200 ms after the last sync (quiet by the syncs' cost, not by kube-proxy's
+// 1 s) syncs at once, and so does a second right after it, as kube-proxy's
+// burst of two lets through; a third right after waits for the pace, ten
+// syncs' cost at most, not a second. A failed sync is still retried after
+// 1 s, not at the pace.
+func TestRunnerPacedSyncsAtOnceWhenQuiet(t *testing.T) {
+	const cost = 3 * time.Millisecond
+	r, b, fc := startCostly(t, RunnerConfig{SyncPeriod: time.Hour, FullSyncPeriod: time.Hour}, cost)
+	fb := &b.fakeBackend
+	r.Trigger()
+	if !syncsWithoutWaiting(r, fc, fb, 1) {
+		t.Fatal("the first change did not sync at once")
+	}
+	advance(t, fc, 200*time.Millisecond, func() bool { return false })
+	for n := 2; n <= 3; n++ {
+		at := fc.Now()
+		r.Trigger()
+		if !syncsWithoutWaiting(r, fc, fb, n) {
+			advance(t, fc, 2*time.Second, syncsDone(fb, n))
+			_, times := fb.snapshot()
+			t.Fatalf("change %d (200 ms after the last sync, then right after it) waited %v for its sync, want none", n-1, times[len(times)-1].Sub(at))
+		}
+		if _, times := fb.snapshot(); !times[n-1].Equal(at) {
+			t.Fatalf("change %d synced %v after it came, want at once", n-1, times[n-1].Sub(at))
+		}
+	}
+	at := fc.Now()
+	r.Trigger()
+	advance(t, fc, 2*time.Second, syncsDone(fb, 4))
+	_, times := fb.snapshot()
+	if len(times) < 4 {
+		t.Fatalf("the third change of a burst was not synced within 2 s")
+	}
+	if !times[3].After(at) {
+		t.Errorf("the third change of a burst synced at once; want it held for the pace")
+	}
+	if held := times[3].Sub(times[1]); held > paceFactor*cost+time.Millisecond {
+		t.Errorf("the third change of a burst synced %v after the first, want at most %v (ten syncs' cost), far from kube-proxy's 1 s", held, paceFactor*cost)
+	}
+
+	// A failing backend is retried 1 s later (kube-proxy's default period,
+	// then doubling), not once per pace.
+	advance(t, fc, 200*time.Millisecond, func() bool { return false })
+	b.mu.Lock()
+	b.failN = 1
+	b.mu.Unlock()
+	r.Trigger()
+	advance(t, fc, 3*time.Second, syncsDone(fb, 6))
+	s, times := fb.snapshot()
+	if len(s) < 6 || times[5].Sub(times[4]) != time.Second || !s[5].Full {
+		t.Fatalf("retry after a failed paced sync: %d syncs at %v, want a full retry 1s after the failure", len(s), times)
+	}
+}
+
+// TestRunnerPacedStormBoundsSyncs: under a storm of changes (one every
+// millisecond) the runner syncs once per ten syncs' cost, so it is busy at
+// most a tenth of the time and no change waits much more than that; when a
+// sync costs more than a tenth of a second, the pace stops at kube-proxy's
+// 1 s. Counted per simulated second after the first (the moving average
+// starts from nothing and is settled by then).
+func TestRunnerPacedStormBoundsSyncs(t *testing.T) {
+	for _, tc := range []struct {
+		cost, seconds time.Duration
+		// the fake clock's step: a due timer fires up to a step late
+		step time.Duration
+		// syncs per simulated second, and the longest gap between syncs
+		minRate, maxRate int
+		maxGap           time.Duration
+	}{
+		// 4 ms syncs: one per 40 ms, 25 a second, busy 10%.
+		{cost: 4 * time.Millisecond, seconds: 3, step: time.Millisecond, minRate: 24, maxRate: 26, maxGap: 42 * time.Millisecond},
+		// 300 ms syncs: the average counts each for 100 ms, the pace nears
+		// 1 s and never exceeds it (but for the clock's step).
+		{cost: 300 * time.Millisecond, seconds: 6, step: 5 * time.Millisecond, minRate: 1, maxRate: 2, maxGap: time.Second + 5*time.Millisecond},
+	} {
+		t.Run(tc.cost.String(), func(t *testing.T) {
+			r, b, fc := startCostly(t, RunnerConfig{SyncPeriod: time.Hour, FullSyncPeriod: time.Hour}, tc.cost)
+			fb := &b.fakeBackend
+			start := fc.Now()
+			next := start
+			advanceBy(t, fc, tc.step, tc.seconds*time.Second, func() bool {
+				if !fc.Now().Before(next) { // a change every millisecond, or every step
+					r.Trigger()
+					next = fc.Now().Add(time.Millisecond)
+				}
+				return false
+			})
+			_, times := fb.snapshot()
+			perSecond := make([]int, tc.seconds)
+			for _, at := range times {
+				if i := int(at.Sub(start) / time.Second); i < len(perSecond) {
+					perSecond[i]++
+				}
+			}
+			for i, n := range perSecond[1:] {
+				if n < tc.minRate || n > tc.maxRate {
+					t.Errorf("second %d of the storm: %d syncs of %v, want %d to %d (per second: %v)", i+2, n, tc.cost, tc.minRate, tc.maxRate, perSecond)
+				}
+			}
+			for i := 1; i < len(times); i++ {
+				if gap := times[i].Sub(times[i-1]); gap > tc.maxGap {
+					t.Errorf("sync %d came %v after the one before it under a storm, want at most %v", i+1, gap, tc.maxGap)
+				}
+			}
+		})
+	}
+}
+
+// TestRunnerGivenMinSyncPeriodIsFixed: a MinSyncPeriod the operator gives
+// is honoured as before the pace existed: a change 200 ms after a sync waits
+// for the period, and a storm syncs exactly once per period; the same
+// change without one (the default) syncs at once, which tells a given 1 s
+// from the default.
+func TestRunnerGivenMinSyncPeriodIsFixed(t *testing.T) {
+	const cost = 4 * time.Millisecond
+	for _, period := range []time.Duration{0, 300 * time.Millisecond, time.Second} {
+		t.Run(period.String(), func(t *testing.T) {
+			r, b, fc := startCostly(t, RunnerConfig{MinSyncPeriod: period, SyncPeriod: time.Hour, FullSyncPeriod: time.Hour}, cost)
+			fb := &b.fakeBackend
+			r.Trigger()
+			if !syncsWithoutWaiting(r, fc, fb, 1) {
+				t.Fatal("the first change did not sync at once")
+			}
+			advance(t, fc, 200*time.Millisecond, func() bool { return false })
+			at := fc.Now()
+			r.Trigger()
+			if period == 0 {
+				if !syncsWithoutWaiting(r, fc, fb, 2) {
+					t.Fatal("by default a change 200 ms after a sync waited for its sync; want it at once (paced by cost, not a 1 s period)")
+				}
+				if _, times := fb.snapshot(); !times[1].Equal(at) {
+					t.Fatalf("by default a change 200 ms after a sync synced %v after it came, want at once", times[1].Sub(at))
+				}
+				return
+			}
+			advance(t, fc, 2*period, syncsDone(fb, 2))
+			_, times := fb.snapshot()
+			if len(times) != 2 || times[1].Sub(times[0]) != period {
+				t.Fatalf("a change 200 ms after a sync synced at %v, want %v after the sync", times, period)
+			}
+			const stormPeriods = 3
+			start := fc.Now()
+			next := start
+			advance(t, fc, stormPeriods*period, func() bool {
+				if !fc.Now().Before(next) {
+					r.Trigger()
+					next = fc.Now().Add(time.Millisecond)
+				}
+				return false
+			})
+			_, times = fb.snapshot()
+			if len(times) < 2+stormPeriods {
+				t.Fatalf("%d syncs in a storm of %d periods, want one per period", len(times)-2, stormPeriods)
+			}
+			for i := 2; i < len(times); i++ {
+				if gap := times[i].Sub(times[i-1]); gap != period {
+					t.Errorf("storm sync %d came %v after the one before it, want exactly %v", i-1, gap, period)
+				}
+			}
+		})
 	}
 }
