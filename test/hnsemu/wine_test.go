@@ -212,8 +212,9 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.
 // flannel host-gw (cbr0, L2Bridge, with External and cbr0_ep) and two pods
 // win-bridge attached; the release crossproxy.exe in standalone mode
 // programs the ClusterIP load balancer with both pods' endpoints, puts it
-// back within one sync period after it is deleted behind its back, and
-// `crossproxy cleanup` leaves exactly what the CNI made.
+// back within one sync period after it is deleted behind its back, ends
+// with exactly one after an HNS restart that rehydrates it under a new id,
+// and `crossproxy cleanup` leaves exactly what the CNI made.
 func TestReleaseBinaryOnEmulatedHNS(t *testing.T) {
 	e := setup(t)
 	work := t.TempDir()
@@ -320,13 +321,47 @@ func TestReleaseBinaryOnEmulatedHNS(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("recreated load balancer's endpoints %v, want %v", got, want)
 	}
+
+	// 3. HNS restarts (ws2022: the load balancers come back under new ids,
+	// kubernetes #139519; handles die). crossproxy ends with exactly one
+	// load balancer on the frontend, with both endpoints, and keeps it as
+	// its own (cleanup below removes it).
+	e.post("/v1/restart", map[string]string{"node": nodeName}, nil)
+	restarted := time.Now()
+	rehydrated := clusterIPLB(e.state())
+	if rehydrated == nil || rehydrated.ID == again.ID {
+		t.Fatalf("the emulator's restart did not rehydrate the load balancer under a new id: %+v", rehydrated)
+	}
+	callsBefore := e.state().Calls["HcnEnumerateLoadBalancers"]
+	waitFor(t, 30*time.Second, "two full syncs after the HNS restart", func() bool {
+		return e.state().Calls["HcnEnumerateLoadBalancers"] >= callsBefore+2
+	})
+	s := e.state()
+	n := 0
+	for _, lb := range s.LoadBalancers {
+		if slices.Contains(lb.FrontendVIPs, "10.96.0.10") {
+			n++
+		}
+	}
+	if lb := clusterIPLB(s); n != 1 || lb == nil {
+		t.Errorf("after the HNS restart: %d load balancers on 10.96.0.10:80, want 1: %+v", n, s.LoadBalancers)
+	} else {
+		got := slices.Clone(lb.HostComputeEndpoints)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("after the HNS restart: endpoints %v, want %v", got, want)
+		}
+		t.Logf("HNS restart: load balancer rehydrated as %s; %s later crossproxy holds %s (creates %d, deletes %d so far)",
+			rehydrated.ID, time.Since(restarted).Round(time.Millisecond), lb.ID, s.Calls["HcnCreateLoadBalancer"], s.Calls["HcnDeleteLoadBalancer"])
+	}
+
 	stop()
 	log, _ := os.ReadFile(logPath)
 	if !strings.Contains(string(log), "rules in sync") {
 		t.Errorf("no sync in crossproxy's log:\n%s", log)
 	}
 
-	// 3. crossproxy cleanup leaves only what the CNI made.
+	// 4. crossproxy cleanup leaves only what the CNI made.
 	cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer ccancel()
 	out, err := e.wine(cctx, exe, "cleanup", "--network-name", "cbr0").CombinedOutput()

@@ -10,7 +10,7 @@
 
 .PHONY: test-hnsemu
 
-HNSEMU_TIMEOUT ?= 420
+HNSEMU_TIMEOUT ?= 900
 
 test-hnsemu:
 	$(GO) test -tags hnsemu -count=1 -timeout $(HNSEMU_TIMEOUT)s -v ./test/hnsemu/
