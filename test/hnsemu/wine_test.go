@@ -14,12 +14,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -39,6 +41,7 @@ type env struct {
 	prefix  string // the emulator's Wine prefix, with the DLL stand-ins
 	srv     *Server
 	control string
+	node    string // the emulated node the DLLs' calls name (HNSEMU_NODE)
 }
 
 func setup(t *testing.T) *env {
@@ -68,7 +71,7 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Close() })
-	e := &env{t: t, root: root, prefix: prefix, srv: srv, control: "http://" + srv.ControlAddr}
+	e := &env{t: t, root: root, prefix: prefix, srv: srv, control: "http://" + srv.ControlAddr, node: nodeName}
 	t.Cleanup(func() {
 		k := exec.Command("wineserver", "-k")
 		k.Env = e.wineEnv()
@@ -81,7 +84,7 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 func (e *env) wineEnv() []string {
 	return append(os.Environ(), "WINEPREFIX="+e.prefix, "WINEDEBUG=-all", "WINEARCH=win64",
-		"HNSEMU_ADDR="+e.srv.DLLAddr, "HNSEMU_NODE="+nodeName)
+		"HNSEMU_ADDR="+e.srv.DLLAddr, "HNSEMU_NODE="+e.node)
 }
 
 // wine runs a Windows program in the emulator's prefix.
@@ -116,7 +119,7 @@ func (e *env) post(path string, req, resp any) {
 // state reads the node's HNS through the control API.
 func (e *env) state() State {
 	e.t.Helper()
-	r, err := http.Get(e.control + "/v1/state?node=" + nodeName)
+	r, err := http.Get(e.control + "/v1/state?node=" + e.node)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -130,10 +133,25 @@ func (e *env) state() State {
 
 func winPath(p string) string { return "Z:" + strings.ReplaceAll(p, "/", `\`) }
 
+// release is crossproxy.exe built once per test process.
+var release struct {
+	sync.Mutex
+	exe string
+}
+
 // buildRelease builds crossproxy.exe exactly as the release does (no
-// fakehns tag).
-func (e *env) buildRelease(dir string) string {
+// fakehns tag), once per test process.
+func (e *env) buildRelease() string {
 	e.t.Helper()
+	release.Lock()
+	defer release.Unlock()
+	if release.exe != "" {
+		return release.exe
+	}
+	dir, err := os.MkdirTemp("", "hnsemu-release-")
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	exe := filepath.Join(dir, "crossproxy.exe")
 	start := time.Now()
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", exe, "./cmd/crossproxy")
@@ -143,7 +161,115 @@ func (e *env) buildRelease(dir string) string {
 		e.t.Fatalf("release build: %v\n%s", err, out)
 	}
 	e.t.Logf("crossproxy.exe built (GOOS=windows GOARCH=amd64 CGO_ENABLED=0 go build -trimpath -ldflags '-s -w') in %s", time.Since(start).Round(time.Millisecond))
+	release.exe = exe
 	return exe
+}
+
+// proxy is `crossproxy run` under Wine.
+type proxy struct {
+	e       *env
+	cmd     *exec.Cmd
+	exited  chan error
+	logPath string
+	started time.Time
+}
+
+// startProxy runs `crossproxy run` in standalone mode on the manifests.
+func (e *env) startProxy(exe, work, manifest string, args ...string) *proxy {
+	e.t.Helper()
+	objects := filepath.Join(work, "objects.yaml")
+	if err := os.WriteFile(objects, []byte(manifest), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	// A ledger from an earlier run names load balancers of an earlier emulator.
+	_ = os.RemoveAll(filepath.Join(e.prefix, "drive_c/ProgramData/crossproxy"))
+	p := &proxy{e: e, exited: make(chan error, 1), logPath: filepath.Join(work, "run.log")}
+	logFile, err := os.Create(p.logPath)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { logFile.Close() })
+	full := append([]string{"run", "--manifests", winPath(objects), "--node", e.node, "--ip-families", "IPv4",
+		"--sync-period", syncPeriod.String(), "--full-sync-period", syncPeriod.String(), "--min-sync-period", "100ms",
+		"--healthz-bind-address=", "--metrics-bind-address="}, args...)
+	p.cmd = e.wine(context.Background(), exe, full...)
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	p.started = time.Now()
+	if err := p.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	e.t.Cleanup(p.stop)
+	t := e.t
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(p.logPath)
+			t.Logf("crossproxy run's log:\n%s", b)
+		}
+	})
+	return p
+}
+
+// alive fails the test if crossproxy exited.
+func (p *proxy) alive() {
+	select {
+	case err := <-p.exited:
+		b, _ := os.ReadFile(p.logPath)
+		p.e.t.Fatalf("crossproxy run exited: %v\n%s", err, b)
+	default:
+	}
+}
+
+// stop ends crossproxy (SIGTERM to Wine's process group, then SIGKILL).
+func (p *proxy) stop() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.exited
+	}
+	p.cmd = nil
+	if b, _ := os.ReadFile(p.logPath); !strings.Contains(string(b), "rules in sync") {
+		p.e.t.Errorf("no sync in crossproxy's log:\n%s", b)
+	}
+}
+
+// cleanupLeavesCNI runs `crossproxy cleanup` under Wine and checks that
+// exactly what the CNI made (cniMade) is left.
+func (e *env) cleanupLeavesCNI(exe, network string, cniMade State) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := e.wine(ctx, exe, "cleanup", "--network-name", network).CombinedOutput()
+	if err != nil {
+		e.t.Fatalf("crossproxy cleanup: %v\n%s", err, out)
+	}
+	after := e.state()
+	if len(after.LoadBalancers) != 0 {
+		e.t.Errorf("after cleanup: load balancers %+v remain", after.LoadBalancers)
+	}
+	ids := func(s State) (nw, ep []string) {
+		for _, n := range s.Networks {
+			nw = append(nw, n.ID)
+		}
+		for _, x := range s.Endpoints {
+			ep = append(ep, x.ID)
+		}
+		slices.Sort(nw)
+		slices.Sort(ep)
+		return nw, ep
+	}
+	nw0, ep0 := ids(cniMade)
+	nw1, ep1 := ids(after)
+	if !slices.Equal(nw0, nw1) || !slices.Equal(ep0, ep1) {
+		e.t.Errorf("after cleanup: networks %v endpoints %v, want the CNI's %v %v", nw1, ep1, nw0, ep0)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	e.t.Logf("cleanup: %s; HNS calls this node saw (per DLL export): %v", lines[len(lines)-1], after.Calls)
 }
 
 const manifests = `apiVersion: v1
@@ -218,7 +344,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.
 func TestReleaseBinaryOnEmulatedHNS(t *testing.T) {
 	e := setup(t)
 	work := t.TempDir()
-	exe := e.buildRelease(work)
+	exe := e.buildRelease()
 	e.post("/v1/node", map[string]any{"node": nodeName, "profile": "ws2022", "reset": true}, nil)
 	var cbr0 Network
 	e.post("/v1/cni/network", CNINetwork{Node: nodeName, Layout: "flannel-host-gw", Subnet: "10.244.1.0/24", NodeIP: "192.168.0.11"}, &cbr0)
@@ -232,62 +358,14 @@ func TestReleaseBinaryOnEmulatedHNS(t *testing.T) {
 	if len(cniMade.Networks) != 2 || len(cniMade.Endpoints) != 3 {
 		t.Fatalf("the CNI's layout: %d networks, %d endpoints; want External and cbr0, cbr0_ep and two pods", len(cniMade.Networks), len(cniMade.Endpoints))
 	}
-	objects := filepath.Join(work, "objects.yaml")
-	if err := os.WriteFile(objects, []byte(manifests), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// A ledger from an earlier run names load balancers of an earlier emulator.
-	_ = os.RemoveAll(filepath.Join(e.prefix, "drive_c/ProgramData/crossproxy"))
-
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	logPath := filepath.Join(work, "run.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	run := e.wine(ctx, exe, "run", "--manifests", winPath(objects), "--node", nodeName, "--network-name", "cbr0",
-		"--ip-families", "IPv4", "--sync-period", syncPeriod.String(), "--full-sync-period", syncPeriod.String(),
-		"--min-sync-period", "100ms", "--healthz-bind-address=", "--metrics-bind-address=")
-	run.Stdout, run.Stderr = logFile, logFile
-	started := time.Now()
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- run.Wait() }()
-	stop := func() {
-		if run.Process != nil {
-			_ = syscall.Kill(-run.Process.Pid, syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Second):
-				_ = syscall.Kill(-run.Process.Pid, syscall.SIGKILL)
-				<-exited
-			}
-			run.Process = nil
-		}
-	}
-	defer stop()
-	defer func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("crossproxy run's log:\n%s", b)
-		}
-	}()
+	p := e.startProxy(exe, work, manifests, "--network-name", "cbr0")
 
 	// 1. The ClusterIP load balancer holds both pods' endpoints.
 	want := []string{pods[0].ID, pods[1].ID}
 	slices.Sort(want)
 	var first *LoadBalancer
 	waitFor(t, 90*time.Second, "the ClusterIP load balancer with both endpoints", func() bool {
-		select {
-		case err := <-exited:
-			b, _ := os.ReadFile(logPath)
-			t.Fatalf("crossproxy run exited: %v\n%s", err, b)
-		default:
-		}
+		p.alive()
 		first = clusterIPLB(e.state())
 		if first == nil {
 			return false
@@ -296,7 +374,7 @@ func TestReleaseBinaryOnEmulatedHNS(t *testing.T) {
 		slices.Sort(got)
 		return slices.Equal(got, want)
 	})
-	t.Logf("ClusterIP load balancer %s (10.96.0.10:80 -> 8080, endpoints %v) in HNS %s after the Wine start", first.ID, first.HostComputeEndpoints, time.Since(started).Round(time.Millisecond))
+	t.Logf("ClusterIP load balancer %s (10.96.0.10:80 -> 8080, endpoints %v) in HNS %s after the Wine start", first.ID, first.HostComputeEndpoints, time.Since(p.started).Round(time.Millisecond))
 	if first.PortMappings[0].InternalPort != 8080 || first.SourceVIP != "" {
 		t.Errorf("load balancer %+v: want internal port 8080 and no source VIP (L2Bridge)", *first)
 	}
@@ -355,41 +433,181 @@ func TestReleaseBinaryOnEmulatedHNS(t *testing.T) {
 			rehydrated.ID, time.Since(restarted).Round(time.Millisecond), lb.ID, s.Calls["HcnCreateLoadBalancer"], s.Calls["HcnDeleteLoadBalancer"])
 	}
 
-	stop()
-	log, _ := os.ReadFile(logPath)
-	if !strings.Contains(string(log), "rules in sync") {
-		t.Errorf("no sync in crossproxy's log:\n%s", log)
-	}
+	p.stop()
 
 	// 4. crossproxy cleanup leaves only what the CNI made.
-	cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer ccancel()
-	out, err := e.wine(cctx, exe, "cleanup", "--network-name", "cbr0").CombinedOutput()
+	e.cleanupLeavesCNI(exe, "cbr0", cniMade)
+}
+
+// hostAddress is an IPv4 address of a host interface with a MAC: Wine
+// reports the host's interfaces to Windows programs, and crossproxy looks up
+// the MAC of the interface holding the node's address for the overlay
+// source VIP endpoint (cmd/crossproxy backend_windows.go hostMAC), so the
+// overlay node's address must be one Wine shows.
+func hostAddress(t *testing.T) (string, string) {
+	ifs, err := net.Interfaces()
 	if err != nil {
-		t.Fatalf("crossproxy cleanup: %v\n%s", err, out)
+		t.Fatal(err)
 	}
-	after := e.state()
-	if len(after.LoadBalancers) != 0 {
-		t.Errorf("after cleanup: load balancers %+v remain", after.LoadBalancers)
-	}
-	ids := func(s State) (nw, ep []string) {
-		for _, n := range s.Networks {
-			nw = append(nw, n.ID)
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback != 0 || i.Flags&net.FlagUp == 0 || len(i.HardwareAddr) == 0 {
+			continue
 		}
-		for _, x := range s.Endpoints {
-			ep = append(ep, x.ID)
+		addrs, _ := i.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+				return n.IP.String(), i.HardwareAddr.String()
+			}
 		}
-		slices.Sort(nw)
-		slices.Sort(ep)
-		return nw, ep
 	}
-	nw0, ep0 := ids(cniMade)
-	nw1, ep1 := ids(after)
-	if !slices.Equal(nw0, nw1) || !slices.Equal(ep0, ep1) {
-		t.Errorf("after cleanup: networks %v endpoints %v, want the CNI's %v %v", nw1, ep1, nw0, ep0)
+	t.Skip("no host interface with an IPv4 address and a MAC for the overlay node's address")
+	return "", ""
+}
+
+const overlayManifests = `apiVersion: v1
+kind: Node
+metadata:
+  name: win-2
+  labels: {kubernetes.io/os: windows}
+spec:
+  podCIDR: 10.244.1.0/24
+  podCIDRs: [10.244.1.0/24]
+status:
+  addresses: [{type: InternalIP, address: NODEIP}]
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: lin-1
+  labels: {kubernetes.io/os: linux}
+spec:
+  podCIDR: 10.244.2.0/24
+  podCIDRs: [10.244.2.0/24]
+status:
+  addresses: [{type: InternalIP, address: 192.168.0.12}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  type: NodePort
+  clusterIP: 10.96.0.10
+  clusterIPs: [10.96.0.10]
+  ipFamilies: [IPv4]
+  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP, nodePort: 30080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-abc
+  namespace: default
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+- addresses: [10.244.1.5]
+  nodeName: win-2
+  conditions: {ready: true, serving: true, terminating: false}
+- addresses: [10.244.2.7]
+  nodeName: lin-1
+  conditions: {ready: true, serving: true, terminating: false}
+`
+
+func endpointNamed(s State, name string) *Endpoint {
+	for i, ep := range s.Endpoints {
+		if ep.Name == name {
+			return &s.Endpoints[i]
+		}
 	}
-	t.Logf("cleanup: %s", strings.TrimSpace(string(out)))
-	t.Logf("HNS calls crossproxy made (per DLL export): %v", after.Calls)
+	return nil
+}
+
+// TestReleaseBinaryOverlay: a second emulated node, win-2 (ws2022), with
+// sig-windows-tools' flannel VXLAN layout (External, flannel.4096 with a
+// RemoteSubnetRoute to the Linux node lin-1's pods) and one local pod; a
+// NodePort Service with a local and a remote endpoint. The release
+// crossproxy.exe (source VIP given by --source-vip: host-local is not run
+// here) creates the source VIP endpoint and the remote endpoint with its
+// provider address, and the ClusterIP and NodePort load balancers with the
+// source VIP; a remote endpoint, the source VIP endpoint and a load balancer
+// deleted behind its back are back within one sync period; cleanup leaves
+// what flannel made.
+func TestReleaseBinaryOverlay(t *testing.T) {
+	e := setup(t)
+	e.node = "win-2"
+	nodeIP, mac := hostAddress(t)
+	exe := e.buildRelease()
+	e.post("/v1/node", map[string]any{"node": e.node, "profile": "ws2022", "reset": true}, nil)
+	e.post("/v1/cni/network", CNINetwork{Node: e.node, Layout: "flannel-vxlan", Subnet: "10.244.1.0/24", NodeIP: nodeIP,
+		RemoteSubnets: []RemoteSubnet{{Prefix: "10.244.2.0/24", ProviderAddress: "192.168.0.12"}}}, nil)
+	var pod Endpoint
+	e.post("/v1/cni/endpoint", CNIEndpoint{Node: e.node, Network: "flannel.4096", Name: "pod-a_eth0", IP: "10.244.1.5"}, &pod)
+	cniMade := e.state()
+	p := e.startProxy(exe, t.TempDir(), strings.Replace(overlayManifests, "NODEIP", nodeIP, 1),
+		"--network-name", "flannel.4096", "--source-vip", "10.244.1.2")
+
+	var remote, svip *Endpoint
+	var cip, np *LoadBalancer
+	programmed := func() bool {
+		p.alive()
+		s := e.state()
+		remote, svip = endpointNamed(s, "crossproxy-remote-10.244.2.7"), endpointNamed(s, "crossproxy-source-vip")
+		cip, np = clusterIPLB(s), nil
+		for i, lb := range s.LoadBalancers {
+			if len(lb.PortMappings) == 1 && lb.PortMappings[0].ExternalPort == 30080 {
+				np = &s.LoadBalancers[i]
+			}
+		}
+		if remote == nil || svip == nil || cip == nil || np == nil {
+			return false
+		}
+		want := []string{pod.ID, remote.ID}
+		slices.Sort(want)
+		for _, lb := range []*LoadBalancer{cip, np} {
+			got := slices.Clone(lb.HostComputeEndpoints)
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, 90*time.Second, "the source VIP endpoint, the remote endpoint and both load balancers", programmed)
+	t.Logf("programmed %s after the Wine start: source VIP endpoint %s (MAC %s), remote endpoint %s, ClusterIP LB %s, NodePort LB %s",
+		time.Since(p.started).Round(time.Millisecond), svip.ID, svip.MacAddress, remote.ID, cip.ID, np.ID)
+	if remote.Flags&endpointFlagRemote == 0 || len(remote.Policies) != 1 || remote.Policies[0].Type != "ProviderAddress" ||
+		!strings.Contains(string(remote.Policies[0].Settings), `"192.168.0.12"`) {
+		t.Errorf("remote endpoint %+v: want flag remote and the ProviderAddress policy 192.168.0.12 (flannel's RemoteSubnetRoute)", *remote)
+	}
+	if svip.Flags&endpointFlagRemote != 0 || svip.IpConfigurations[0].IpAddress != "10.244.1.2" || !strings.EqualFold(strings.ReplaceAll(svip.MacAddress, "-", ":"), mac) {
+		t.Errorf("source VIP endpoint %+v: want a local endpoint at 10.244.1.2 with the host's MAC %s", *svip, mac)
+	}
+	if cip.SourceVIP != "10.244.1.2" || np.SourceVIP != "10.244.1.2" || len(np.FrontendVIPs) != 0 || np.PortMappings[0].Flags != 2|16 {
+		t.Errorf("load balancers %+v / %+v: want source VIP 10.244.1.2 on both, the NodePort without VIP and with LocalRoutedVIP|VipExternalIP", *cip, *np)
+	}
+
+	// Each deleted behind crossproxy's back is back within one sync period.
+	// (A deleted endpoint makes crossproxy rebuild the load balancers that
+	// used it: new ids, so each victim is looked up when its turn comes.)
+	for _, victim := range []struct {
+		what, kind string
+		id         func() string
+	}{
+		{"remote endpoint", "endpoint", func() string { return remote.ID }},
+		{"source VIP endpoint", "endpoint", func() string { return svip.ID }},
+		{"NodePort load balancer", "loadbalancer", func() string { return np.ID }},
+	} {
+		e.post("/v1/delete", map[string]string{"node": e.node, "kind": victim.kind, "id": victim.id()}, nil)
+		deleted := time.Now()
+		waitFor(t, 30*time.Second, victim.what+" back and the load balancers whole again", programmed)
+		back := time.Since(deleted)
+		t.Logf("%s deleted behind crossproxy's back: all back after %s (sync period %s)", victim.what, back.Round(time.Millisecond), syncPeriod)
+		if back > syncPeriod+time.Second {
+			t.Errorf("%s back after %s: more than one sync period (%s)", victim.what, back, syncPeriod)
+		}
+	}
+	p.stop()
+	e.cleanupLeavesCNI(exe, "flannel.4096", cniMade)
 }
 
 // TestHCNProbe runs hcsshim's own functions (test/hnsemu/probe) through the
