@@ -522,7 +522,8 @@ func endpointNamed(s State, name string) *Endpoint {
 	return nil
 }
 
-// TestReleaseBinaryOverlay: a second emulated node, win-2 (ws2022), with
+// TestReleaseBinaryOverlay: a second emulated node, win-2, on Windows Server
+// 2019, 2022 and 2025 (HNS 15.5: modify in place), with
 // sig-windows-tools' flannel VXLAN layout (External, flannel.4096 with a
 // RemoteSubnetRoute to the Linux node lin-1's pods) and one local pod; a
 // NodePort Service with a local and a remote endpoint. The release
@@ -530,14 +531,20 @@ func endpointNamed(s State, name string) *Endpoint {
 // here) creates the source VIP endpoint and the remote endpoint with its
 // provider address, and the ClusterIP and NodePort load balancers with the
 // source VIP; a remote endpoint, the source VIP endpoint and a load balancer
-// deleted behind its back are back within one sync period; cleanup leaves
-// what flannel made.
+// deleted behind its back are back within one sync period; so is everything
+// after an HNS restart, with no duplicate; cleanup leaves what flannel made.
 func TestReleaseBinaryOverlay(t *testing.T) {
+	for _, profile := range []string{"ws2019", "ws2022", "ws2025-15.5"} {
+		t.Run(profile, func(t *testing.T) { testOverlay(t, profile) })
+	}
+}
+
+func testOverlay(t *testing.T, profile string) {
 	e := setup(t)
 	e.node = "win-2"
 	nodeIP, mac := hostAddress(t)
 	exe := e.buildRelease()
-	e.post("/v1/node", map[string]any{"node": e.node, "profile": "ws2022", "reset": true}, nil)
+	e.post("/v1/node", map[string]any{"node": e.node, "profile": profile, "reset": true}, nil)
 	e.post("/v1/cni/network", CNINetwork{Node: e.node, Layout: "flannel-vxlan", Subnet: "10.244.1.0/24", NodeIP: nodeIP,
 		RemoteSubnets: []RemoteSubnet{{Prefix: "10.244.2.0/24", ProviderAddress: "192.168.0.12"}}}, nil)
 	var pod Endpoint
@@ -606,6 +613,29 @@ func TestReleaseBinaryOverlay(t *testing.T) {
 			t.Errorf("%s back after %s: more than one sync period (%s)", victim.what, back, syncPeriod)
 		}
 	}
+
+	// HNS restarts: ws2019 loses the load balancers and every endpoint no
+	// CNI made (remote, source VIP), later releases rehydrate the load
+	// balancers under new ids. Either way crossproxy ends with everything
+	// back and no second load balancer on a frontend.
+	before := e.state()
+	e.post("/v1/restart", map[string]string{"node": e.node}, nil)
+	restarted := time.Now()
+	waitFor(t, 30*time.Second, "everything back after the HNS restart", programmed)
+	t.Logf("HNS restart (%s): everything back after %s", profile, time.Since(restarted).Round(time.Millisecond))
+	enumerations := e.state().Calls["HcnEnumerateLoadBalancers"]
+	waitFor(t, 30*time.Second, "two more full syncs", func() bool {
+		return e.state().Calls["HcnEnumerateLoadBalancers"] >= enumerations+2
+	})
+	after := e.state()
+	if !programmed() || len(after.LoadBalancers) != 2 || len(after.Endpoints) != len(before.Endpoints) {
+		t.Errorf("after the HNS restart and two full syncs: %d load balancers, %d endpoints; want 2 and %d: %+v",
+			len(after.LoadBalancers), len(after.Endpoints), len(before.Endpoints), after)
+	}
+	t.Logf("%s: DLL calls during the run: creates LB %d, modifies LB %d, deletes LB %d, creates endpoint %d, deletes endpoint %d",
+		profile, after.Calls["HcnCreateLoadBalancer"], after.Calls["HcnModifyLoadBalancer"], after.Calls["HcnDeleteLoadBalancer"],
+		after.Calls["HcnCreateEndpoint"], after.Calls["HcnDeleteEndpoint"])
+
 	p.stop()
 	e.cleanupLeavesCNI(exe, "flannel.4096", cniMade)
 }
