@@ -340,7 +340,8 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.
 // programs the ClusterIP load balancer with both pods' endpoints, puts it
 // back within one sync period after it is deleted behind its back, ends
 // with exactly one after an HNS restart that rehydrates it under a new id,
-// and `crossproxy cleanup` leaves exactly what the CNI made.
+// comes back after two injected HNS failures, and `crossproxy cleanup`
+// leaves exactly what the CNI made.
 func TestReleaseBinaryOnEmulatedHNS(t *testing.T) {
 	e := setup(t)
 	work := t.TempDir()
@@ -433,9 +434,34 @@ func TestReleaseBinaryOnEmulatedHNS(t *testing.T) {
 			rehydrated.ID, time.Since(restarted).Round(time.Millisecond), lb.ID, s.Calls["HcnCreateLoadBalancer"], s.Calls["HcnDeleteLoadBalancer"])
 	}
 
+	// 4. HNS fails: the next two load balancer creates answer
+	// HCN_E_MANAGER_STOPPED (0x803b0020) after the load balancer is deleted
+	// behind crossproxy's back. crossproxy stays up and the load balancer is
+	// back once HNS answers again, within three sync periods.
+	cur := clusterIPLB(e.state())
+	e.post("/v1/fail", map[string]any{"node": e.node, "count": 2, "hresult": 0x803b0020, "function": "HcnCreateLoadBalancer"}, nil)
+	e.post("/v1/delete", map[string]string{"node": e.node, "kind": "loadbalancer", "id": cur.ID}, nil)
+	failedAt := time.Now()
+	failedBefore := e.state().Calls["HcnCreateLoadBalancer"]
+	waitFor(t, 30*time.Second, "the load balancer back after two failed creates", func() bool {
+		p.alive()
+		return clusterIPLB(e.state()) != nil
+	})
+	back = time.Since(failedAt)
+	creates := e.state().Calls["HcnCreateLoadBalancer"] - failedBefore
+	t.Logf("two creates failed with HCN_E_MANAGER_STOPPED: back after %s and %d create calls", back.Round(time.Millisecond), creates)
+	if creates < 3 {
+		t.Errorf("load balancer back after %d create calls, want at least 3 (two failed)", creates)
+	}
+	if back > 3*syncPeriod+time.Second {
+		t.Errorf("load balancer back after %s, more than three sync periods", back)
+	}
 	p.stop()
+	if b, _ := os.ReadFile(p.logPath); !strings.Contains(string(b), "0x803b0020") {
+		t.Errorf("crossproxy's log does not report HNS' failure 0x803b0020:\n%s", b)
+	}
 
-	// 4. crossproxy cleanup leaves only what the CNI made.
+	// 5. crossproxy cleanup leaves only what the CNI made.
 	e.cleanupLeavesCNI(exe, "cbr0", cniMade)
 }
 
