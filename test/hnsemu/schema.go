@@ -3,7 +3,6 @@ package hnsemu
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"strings"
 )
 
@@ -160,14 +159,5 @@ func (v Version) ipv6DualStack() bool   { return v.atLeast(11, 10) }
 func (v Version) modifyLoadBalancer() bool { return v.atLeast(15, 4) }
 
 func (v Version) String() string { return fmt.Sprintf("%d.%d", v.Major, v.Minor) }
-
-// parseVersion reads "13.2".
-func parseVersion(s string) (Version, error) {
-	var v Version
-	if _, err := fmt.Sscanf(s, "%d.%d", &v.Major, &v.Minor); err != nil || v.Major < 0 || v.Minor < 0 || v.Major > math.MaxInt16 {
-		return Version{}, fmt.Errorf("HNS version %q: want MAJOR.MINOR", s)
-	}
-	return v, nil
-}
 
 func sameID(a, b string) bool { return strings.EqualFold(a, b) }

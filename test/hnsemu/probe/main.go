@@ -96,6 +96,6 @@ func main() {
 	emit("V1 GetHNSEndpointByName", v1, err)
 	_, err = hcsshim.GetHNSEndpointByName("no-such-endpoint")
 	emit("V1 GetHNSEndpointByName(missing)", nil, err)
-	feats := hcn.GetSupportedFeatures()
-	emit("GetSupportedFeatures", feats, nil)
+	feats, err := hcn.GetCachedSupportedFeatures()
+	emit("GetCachedSupportedFeatures", feats, err)
 }
