@@ -109,7 +109,8 @@ func (c RunnerConfig) withDefaults() RunnerConfig {
 // whole of a change's latency. It keeps a bucket of two syncs, as kube-proxy's
 // BoundedFrequencyRunner does, but refills it once per interval of ten times
 // the recent syncs' moving average cost (each sync's wall time from its
-// drift check to its last observer), at least 5 ms and at most 1 s, where
+// drift check to its last observer: on a node short of CPU a sync takes
+// longer and the pace slows with it), at least 5 ms and at most 1 s, where
 // kube-proxy refills once per --min-sync-period. So a change after a quiet
 // interval syncs at once, and so does a second one right after it; under a
 // storm of changes, syncs come once per interval, each taking all the
