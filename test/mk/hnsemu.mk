@@ -4,9 +4,11 @@
 # test-hnsemu builds the stand-ins (cached in ~/.cache/crossproxy/hnsemu,
 # installed in that directory's own Wine prefix, never in test/.cache/wine),
 # builds crossproxy.exe as the release does and the hcn probe, and runs
-# TestReleaseBinaryOnEmulatedHNS and TestHCNProbe. Not in `make test` yet.
-# Warm: about 30 s; cold (no DLL cache, no prefix, cold Go build cache): see
-# test/hnsemu/README.md.
+# TestReleaseBinaryOnEmulatedHNS (L2Bridge), TestReleaseBinaryOverlay (flannel
+# VXLAN on three Windows Server profiles) and TestHCNProbe. Not in `make test`
+# yet. Warm: 55 s; cold (no DLL cache, no prefix, empty Go build cache): 455 s
+# on this 2-core machine under load, most of it the crossproxy.exe build
+# (test/hnsemu/README.md, Timings).
 
 .PHONY: test-hnsemu
 
