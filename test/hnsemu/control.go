@@ -13,7 +13,7 @@ import (
 // {"error":…} with a 4xx status.
 //
 //	GET  /v1/state?node=N     the node's profile, networks, endpoints, load balancers, namespaces, call counts
-//	POST /v1/node             {"node","profile","reset"}: choose the release profile (and empty the node)
+//	POST /v1/node             {"node","profile","version","reset"}: choose the release profile, optionally another HNS version (and empty the node)
 //	POST /v1/cni/network      {"node","layout","name","subnet","nodeIP","remoteSubnets":[{"prefix","providerAddress"}]}
 //	POST /v1/cni/endpoint     {"node","network","name","ip","mac","v1","remote","providerAddress"}
 //	POST /v1/delete           {"node","kind","id"}: as `hnsdiag delete` would, behind the proxy's back
@@ -75,9 +75,23 @@ func (e *Emulator) State(nodeName string) State {
 
 // SetProfile gives a node a release profile; reset empties its HNS.
 func (e *Emulator) SetProfile(nodeName, profile string, reset bool) (Profile, error) {
+	return e.SetProfileVersion(nodeName, profile, "", reset)
+}
+
+// SetProfileVersion is SetProfile with the HNS version the node reports
+// instead of the profile's ("MAJOR.MINOR"; "" keeps the profile's): a
+// Server 2019 node reporting 9.5 (kubernetes #137530), a patched 2025.
+func (e *Emulator) SetProfileVersion(nodeName, profile, version string, reset bool) (Profile, error) {
 	p, err := profileNamed(profile)
 	if err != nil {
 		return Profile{}, err
+	}
+	if version != "" {
+		var v Version
+		if _, err := fmt.Sscanf(version, "%d.%d", &v.Major, &v.Minor); err != nil || v.Major < 0 || v.Minor < 0 {
+			return Profile{}, fmt.Errorf("HNS version %q: want MAJOR.MINOR", version)
+		}
+		p.Version = v
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -342,14 +356,14 @@ func (e *Emulator) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/node", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
-			Node, Profile string
-			Reset         bool
+			Node, Profile, Version string
+			Reset                  bool
 		}
 		if err := body(r, &req); err != nil {
 			reply(w, nil, err)
 			return
 		}
-		p, err := e.SetProfile(req.Node, req.Profile, req.Reset)
+		p, err := e.SetProfileVersion(req.Node, req.Profile, req.Version, req.Reset)
 		reply(w, p, err)
 	})
 	mux.HandleFunc("POST /v1/cni/network", func(w http.ResponseWriter, r *http.Request) {

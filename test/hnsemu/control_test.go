@@ -34,6 +34,16 @@ func TestControlAPI(t *testing.T) {
 	if code, m := post("/v1/node", `{"node":"w","profile":"ws1803"}`); code != 400 || !strings.Contains(m["error"].(string), "unknown profile") {
 		t.Errorf("unknown profile: %d %v", code, m)
 	}
+	if code, m := post("/v1/node", `{"node":"w","profile":"ws2019","version":"nine"}`); code != 400 {
+		t.Errorf("bad version: %d %v", code, m)
+	}
+	// A Server 2019 node reporting HNS 9.5 (kubernetes #137530).
+	if code, _ := post("/v1/node", `{"node":"v","profile":"ws2019","version":"9.5"}`); code != 200 {
+		t.Errorf("version 9.5: %d", code)
+	}
+	if hr, _, out, _ := s.Call("v", "HNSCall", []*string{ptr("GET"), ptr("/globals/version"), ptr("")}); hr != 0 || !strings.Contains(*out, `{"Major":9,"Minor":5}`) {
+		t.Errorf("version 9.5 reported as %s", *out)
+	}
 	if code, _ := post("/v1/cni/network", `{"node":"w","layout":"flannel-vxlan","subnet":"10.244.1.0/24","remoteSubnets":[{"prefix":"10.244.2.0/24","providerAddress":"192.168.0.12"}]}`); code != 200 {
 		t.Fatalf("network: %d", code)
 	}
