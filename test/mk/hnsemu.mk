@@ -6,7 +6,7 @@
 # builds crossproxy.exe as the release does and the hcn probe, and runs
 # TestReleaseBinaryOnEmulatedHNS (L2Bridge), TestReleaseBinaryOverlay (flannel
 # VXLAN on three Windows Server profiles) and TestHCNProbe. Not in `make test`
-# yet. Warm: 55 s; cold (no DLL cache, no prefix, empty Go build cache): 455 s
+# yet. Warm: 55-67 s; cold (no DLL cache, no prefix, empty Go build cache): 455 s
 # on this 2-core machine under load, most of it the crossproxy.exe build
 # (test/hnsemu/README.md, Timings).
 
