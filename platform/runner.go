@@ -55,7 +55,9 @@ type RunnerConfig struct {
 	// what they cost instead (see Runner): with a change costing tens of
 	// microseconds, kube-proxy's 1 s would be the whole of a change's
 	// latency. As in kube-proxy, 0 in a configuration file means "the
-	// default", so only an operator who writes a period gets a fixed one.
+	// default", so only an operator who writes a period gets a fixed one;
+	// a caller that fills in defaults must therefore leave this zero when
+	// neither the file nor a flag gives it.
 	MinSyncPeriod time.Duration
 	// SyncPeriod is the longest time between two syncs when nothing changes
 	// (default 30 s, kube-proxy's syncPeriod). Such a sync is partial and
@@ -66,7 +68,8 @@ type RunnerConfig struct {
 	// crossproxy owns and so repair rules changed behind its back (default 1 h).
 	FullSyncPeriod time.Duration
 	// MaxBackoff caps the retry delay after failed syncs, which doubles from
-	// MinSyncPeriod, or from 1 s when MinSyncPeriod is paced (default 1 min).
+	// MinSyncPeriod, or from 1 s when MinSyncPeriod is zero (default 1 min):
+	// a failing backend is not retried at the pace of cheap syncs.
 	MaxBackoff time.Duration
 	// Clock is the time the Runner schedules by (nil: the wall clock); a
 	// backend's tests step a fake one to prove its drift bound through the
