@@ -13,7 +13,11 @@ import (
 // Emulated: GET /globals/version (hcn GetGlobals: Output is the Version
 // itself), GET /endpoints/ and /endpoints/<id> (hcsshim
 // GetHNSEndpointByName lists and matches by name; GetHNSEndpointByID), GET
-// /networks/ and /networks/<id>. Anything else answers not implemented.
+// /networks/ and /networks/<id>, and GET /policylists/: V1's policy lists
+// (the load balancers before V2) are never made here, so the list is empty;
+// kube-proxy asks for it once at start as its Windows kernel check
+// (k8s.io/kubernetes pkg/proxy/winkernel/supported.go IsCompatible,
+// hnslib HNSListPolicyListRequest). Anything else answers not implemented.
 func (e *Emulator) hnsCall(n *node, method, path, request string) string {
 	ok := func(v any) string {
 		b, _ := json.Marshal(struct {
@@ -30,6 +34,8 @@ func (e *Emulator) hnsCall(n *node, method, path, request string) string {
 	switch {
 	case p == "/globals/version":
 		return ok(n.profile.Version)
+	case p == "/policylists":
+		return ok([]struct{}{})
 	case p == "/endpoints":
 		out := []v1Endpoint{}
 		for _, id := range n.ids(kindEndpoint) {

@@ -1,0 +1,404 @@
+//go:build hnsemu
+
+// Package kubeproxy runs the real kube-proxy.exe (k8s.io/kubernetes v1.37.2
+// cmd/kube-proxy, GOOS=windows, unmodified, winkernel mode) and the release
+// crossproxy.exe under Wine, each on its own emulated Windows node of the HNS
+// emulator (test/hnsemu), against one real kube-apiserver, and compares what
+// each programs into HNS, field by field: issue 49's binary-level oracle.
+// kube-proxy.exe is built by build.sh into the cache; the test skips naming
+// the command when it is not there.
+package kubeproxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/crossproxy/crossproxy/test/harness"
+	"github.com/crossproxy/crossproxy/test/hnsemu"
+)
+
+// kubeProxyExe is the cached kube-proxy.exe (build.sh), or a skip naming how
+// to build it: the build takes minutes cold, so it is not part of the test.
+func kubeProxyExe(t *testing.T) string {
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache")
+	}
+	exe := filepath.Join(cache, "crossproxy", "kube-proxy-windows", "kube-proxy.exe")
+	if _, err := os.Stat(exe); err != nil {
+		t.Skipf("no %s: run bash test/hnsemu/kubeproxy/build.sh first (%v)", exe, err)
+	}
+	return exe
+}
+
+func winPath(p string) string { return "Z:" + strings.ReplaceAll(p, "/", `\`) }
+
+// winePrefix builds the DLL stand-ins (cached) and returns the emulator's prefix.
+func winePrefix(t *testing.T, root string) string {
+	out, err := exec.Command("bash", filepath.Join(root, "test/hnsemu/dll/build.sh")).Output()
+	if err != nil {
+		t.Fatalf("dll/build.sh: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1]
+}
+
+// node is one emulated Windows node running one proxy.
+type node struct {
+	name, network string
+	cmd           *exec.Cmd
+	logPath       string
+	exited        chan struct{}
+	err           error
+}
+
+// logText is what the proxy wrote so far.
+func (n *node) logText() string {
+	b, _ := os.ReadFile(n.logPath)
+	return string(b)
+}
+
+// freePort is a TCP port free on 127.0.0.1 now (Wine's processes bind on
+// the host's stack).
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+}
+
+func startWine(t *testing.T, prefix, dllAddr, nodeName, exe string, env []string, args ...string) *node {
+	cmd := exec.Command("wine", append([]string{exe}, args...)...)
+	cmd.Env = append(os.Environ(), "WINEPREFIX="+prefix, "WINEDEBUG=-all", "WINEARCH=win64",
+		"HNSEMU_ADDR="+dllAddr, "HNSEMU_NODE="+nodeName)
+	cmd.Env = append(cmd.Env, env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A file, not a pipe: a Windows process lives on in wineserver's care
+	// after the wine launcher is killed, and would hold a pipe (and Wait) open.
+	logf, err := os.CreateTemp(t.TempDir(), nodeName+"-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n := &node{name: nodeName, cmd: cmd, logPath: logf.Name(), exited: make(chan struct{})}
+	go func() {
+		n.err = cmd.Wait()
+		close(n.exited)
+	}()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		k := exec.Command("wineserver", "-k")
+		k.Env = cmd.Env
+		_ = k.Run()
+		select {
+		case <-n.exited:
+		case <-time.After(10 * time.Second):
+			t.Logf("%s: the wine launcher did not exit within 10 s of wineserver -k", nodeName)
+		}
+		logf.Close()
+	})
+	return n
+}
+
+// TestKubeProxyOnEmulatedHNS is the binary-level oracle on an L2Bridge node
+// (flannel host-gw's layout, Windows Server 2022): kube-proxy.exe and
+// crossproxy.exe, each on its own emulated HNS node with the same CNI
+// objects, both as the Kubernetes node win-1 against one kube-apiserver,
+// program ClusterIP, NodePort and LoadBalancer (externalTrafficPolicy Local)
+// Services with two local pods and one on a Linux node; the load balancers
+// and remote endpoints each made are compared field by field.
+func TestKubeProxyOnEmulatedHNS(t *testing.T) {
+	for _, c := range []struct {
+		name, layout, network string
+		overlay               bool
+	}{
+		{"l2bridge", "flannel-host-gw", "cbr0", false},
+		{"overlay", "flannel-vxlan", "flannel.4096", true},
+	} {
+		t.Run(c.name, func(t *testing.T) { oracle(t, c.layout, c.network, c.overlay) })
+	}
+}
+
+// oracle runs both proxies on two emulated nodes of one layout and
+// compares what each programmed. On overlay both get the source VIP
+// 10.244.1.2 (kube-proxy needs it given; crossproxy takes it the same way
+// here, host-local is not run), and the node's address is one of the
+// host's, whose MAC Wine shows both proxies for the source VIP endpoint.
+func oracle(t *testing.T, layout, network string, overlay bool) {
+	exe := kubeProxyExe(t)
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := winePrefix(t, root)
+	t.Cleanup(func() {
+		k := exec.Command("wineserver", "-k")
+		k.Env = append(os.Environ(), "WINEPREFIX="+prefix)
+		_ = k.Run()
+	})
+	srv, err := hnsemu.Start("127.0.0.1:0", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	const kpNode, xpNode = "hns-kube-proxy", "hns-crossproxy"
+	for _, n := range []string{kpNode, xpNode} {
+		if _, err := srv.SetProfile(n, "ws2022", false); err != nil {
+			t.Fatal(err)
+		}
+		req := hnsemu.CNINetwork{Node: n, Layout: layout, Name: network, Subnet: "10.244.1.0/24"}
+		if overlay {
+			req.RemoteSubnets = []hnsemu.RemoteSubnet{{Prefix: "10.244.2.0/24", ProviderAddress: "192.168.0.12"}}
+		}
+		if _, err := srv.CreateCNINetwork(req); err != nil {
+			t.Fatal(err)
+		}
+		for _, ip := range []string{"10.244.1.5", "10.244.1.6"} {
+			ep := hnsemu.CNIEndpoint{Node: n, Network: network, Name: "pod-" + ip, IP: ip}
+			if overlay {
+				a := net.ParseIP(ip).To4()
+				ep.MAC = fmt.Sprintf("0E-2A-%02x-%02x-%02x-%02x", a[0], a[1], a[2], a[3]) // flannel's overlay pods
+			}
+			if _, err := srv.CreateCNIEndpoint(ep); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	nodeIP := "192.168.0.11"
+	var kpArgs, xpArgs []string
+	if overlay {
+		nodeIP = hostAddress(t)
+		kpArgs = []string{"--source-vip=10.244.1.2"}
+		xpArgs = []string{"--source-vip", "10.244.1.2"}
+	}
+
+	api := harness.New(t, harness.Options{Logf: t.Logf})
+	client := kubernetes.NewForConfigOrDie(api.AdminConfig())
+	ctx := context.Background()
+	mustCreate(t, ctx, client, nodeIP)
+	kubeconfig, err := api.Kubeconfig(harness.AdminUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xp := buildRelease(t, root)
+	// crossproxy keeps its ledger in the prefix: one from an earlier run
+	// names another emulator's load balancers.
+	_ = os.RemoveAll(filepath.Join(prefix, "drive_c/ProgramData/crossproxy"))
+	kp := startWine(t, prefix, srv.DLLAddr, kpNode, exe, []string{"KUBE_NETWORK=" + network},
+		append([]string{"--kubeconfig=" + winPath(kubeconfig), "--hostname-override=" + winNode, "--proxy-mode=kernelspace",
+			"--healthz-bind-address=127.0.0.1:" + freePort(t), "--metrics-bind-address=127.0.0.1:" + freePort(t), "--v=2"}, kpArgs...)...)
+	cp := startWine(t, prefix, srv.DLLAddr, xpNode, xp, nil,
+		append([]string{"run", "--kubeconfig", winPath(kubeconfig), "--node", winNode, "--network-name", network, "--ip-families", "IPv4",
+			"--healthz-bind-address=127.0.0.1:" + freePort(t), "--metrics-bind-address=127.0.0.1:" + freePort(t)}, xpArgs...)...)
+	want := 6 // ClusterIP x3, NodePort x2, the ingress IP
+	for _, p := range []*node{kp, cp} {
+		waitLBs(t, srv, p, want)
+	}
+	time.Sleep(3 * time.Second) // a sync more for either, should one come
+	kpState, xpState := oracleView(srv.State(kpNode)), oracleView(srv.State(xpNode))
+	t.Logf("kube-proxy.exe:\n%s\ncrossproxy.exe:\n%s", strings.Join(kpState, "\n"), strings.Join(xpState, "\n"))
+	if d := diff(kpState, xpState); d != "" {
+		t.Fatalf("kube-proxy.exe and crossproxy.exe programmed different HNS state (- kube-proxy, + crossproxy):\n%s", d)
+	}
+}
+
+const winNode = "win-1"
+
+// waitLBs waits until the proxy's emulated node holds n load balancers.
+func waitLBs(t *testing.T, srv *hnsemu.Server, p *node, n int) {
+	deadline := time.Now().Add(120 * time.Second)
+	for time.Now().Before(deadline) {
+		if len(srv.State(p.name).LoadBalancers) >= n {
+			return
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("%s: the proxy exited: %v\nits log:\n%s", p.name, p.err, tail(p.logText(), 6000))
+		default:
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("%s: %d load balancers after 120 s, want %d; HNS calls %v\nits log:\n%s", p.name, len(srv.State(p.name).LoadBalancers), n,
+		srv.State(p.name).Calls, tail(p.logText(), 6000))
+}
+
+// oracleView is what the oracle compares: each load balancer by frontend,
+// with ports, flags, distribution, source VIP and its endpoints' addresses;
+// each remote endpoint with its provider address. Ids, names and MACs
+// differ by design (each proxy names its own objects).
+func oracleView(st hnsemu.State) []string {
+	addr := map[string]string{}
+	var out []string
+	for _, ep := range st.Endpoints {
+		ip := ""
+		if len(ep.IpConfigurations) > 0 {
+			ip = ep.IpConfigurations[0].IpAddress
+		}
+		addr[strings.ToLower(ep.ID)] = ip
+		if ep.Flags&1 != 0 { // remote
+			out = append(out, fmt.Sprintf("remote endpoint %s %s", ip, string(policyJSON(ep.Policies))))
+		}
+	}
+	for _, lb := range st.LoadBalancers {
+		var eps []string
+		for _, id := range lb.HostComputeEndpoints {
+			eps = append(eps, addr[strings.ToLower(id)])
+		}
+		sort.Strings(eps)
+		vips := append([]string(nil), lb.FrontendVIPs...)
+		sort.Strings(vips)
+		for _, pm := range lb.PortMappings {
+			out = append(out, fmt.Sprintf("lb %v proto=%d %d->%d pmflags=%d dist=%d lbflags=%d src=%q eps=%v",
+				vips, pm.Protocol, pm.ExternalPort, pm.InternalPort, pm.Flags, pm.DistributionType, lb.Flags, lb.SourceVIP, eps))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func policyJSON(p any) []byte {
+	b, _ := json.Marshal(p)
+	return b
+}
+
+// diff lists the lines only one side has.
+func diff(a, b []string) string {
+	in := func(s []string, x string) bool { return slices.Contains(s, x) }
+	var out []string
+	for _, x := range a {
+		if !in(b, x) {
+			out = append(out, "- "+x)
+		}
+	}
+	for _, x := range b {
+		if !in(a, x) {
+			out = append(out, "+ "+x)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// buildRelease builds crossproxy.exe as the release does (no fakehns tag).
+func buildRelease(t *testing.T, root string) string {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "crossproxy.exe")
+	start := time.Now()
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", exe, "./cmd/crossproxy")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOOS=windows", "GOARCH=amd64", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("release build: %v\n%s", err, out)
+	}
+	t.Logf("crossproxy.exe built as the release builds it in %s", time.Since(start).Round(time.Millisecond))
+	return exe
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func mustCreate(t *testing.T, ctx context.Context, c kubernetes.Interface, nodeIP string) {
+	t.Helper()
+	for _, n := range []*v1.Node{
+		{ObjectMeta: metav1.ObjectMeta{Name: winNode, Labels: map[string]string{v1.LabelOSStable: "windows"}},
+			Spec:   v1.NodeSpec{PodCIDR: "10.244.1.0/24", PodCIDRs: []string{"10.244.1.0/24"}},
+			Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: nodeIP}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "lin-1", Labels: map[string]string{v1.LabelOSStable: "linux"}},
+			Spec:   v1.NodeSpec{PodCIDR: "10.244.2.0/24", PodCIDRs: []string{"10.244.2.0/24"}},
+			Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.0.12"}}}},
+	} {
+		created, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		created.Status = n.Status
+		if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	port := func(np int32) []v1.ServicePort {
+		return []v1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080), NodePort: np}}
+	}
+	svcs := []*v1.Service{
+		{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}, Spec: v1.ServiceSpec{Type: v1.ServiceTypeClusterIP, Ports: port(0)}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "np", Namespace: "default"}, Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, Ports: port(30080),
+			ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyCluster}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "lb", Namespace: "default"}, Spec: v1.ServiceSpec{Type: v1.ServiceTypeLoadBalancer, Ports: port(30090),
+			ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyLocal}},
+	}
+	for _, svc := range svcs {
+		created, err := c.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if svc.Spec.Type == v1.ServiceTypeLoadBalancer {
+			created.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "172.16.0.10"}}
+			if _, err := c.CoreV1().Services("default").UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		slice := &discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: svc.Name + "-1", Namespace: "default", Labels: map[string]string{discovery.LabelServiceName: svc.Name}},
+			AddressType: discovery.AddressTypeIPv4,
+			Ports:       []discovery.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(v1.ProtocolTCP), Port: ptr.To[int32](8080)}},
+			Endpoints: []discovery.Endpoint{
+				{Addresses: []string{"10.244.1.5"}, NodeName: ptr.To(winNode), Conditions: discovery.EndpointConditions{Ready: ptr.To(true)}},
+				{Addresses: []string{"10.244.1.6"}, NodeName: ptr.To(winNode), Conditions: discovery.EndpointConditions{Ready: ptr.To(true)}},
+				{Addresses: []string{"10.244.2.7"}, NodeName: ptr.To("lin-1"), Conditions: discovery.EndpointConditions{Ready: ptr.To(true)}},
+			}}
+		if _, err := c.DiscoveryV1().EndpointSlices("default").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("Service default/%s ClusterIP %s", svc.Name, created.Spec.ClusterIP)
+	}
+}
+
+// hostAddress is an IPv4 address of a host interface with a MAC: Wine shows
+// Windows programs the host's interfaces, and both proxies look up the MAC
+// of the interface holding the node's address for the overlay source VIP
+// endpoint, so the overlay node's address must be one Wine shows.
+func hostAddress(t *testing.T) string {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback != 0 || i.Flags&net.FlagUp == 0 || len(i.HardwareAddr) == 0 {
+			continue
+		}
+		addrs, _ := i.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+				return n.IP.String()
+			}
+		}
+	}
+	t.Skip("no host interface with an IPv4 address and a MAC for the overlay node's address")
+	return ""
+}
