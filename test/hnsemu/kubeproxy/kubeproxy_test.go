@@ -165,8 +165,10 @@ func oracle(t *testing.T, layout, network string, overlay bool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Close() })
-	const kpNode, xpNode = "hns-kube-proxy", "hns-crossproxy"
-	for _, n := range []string{kpNode, xpNode} {
+	// pacedNode runs crossproxy.exe with --min-sync-period 0: syncs paced
+	// by their cost (issue 51), for the endpoint-change latency only.
+	const kpNode, xpNode, pacedNode = "hns-kube-proxy", "hns-crossproxy", "hns-crossproxy-paced"
+	for _, n := range []string{kpNode, xpNode, pacedNode} {
 		if _, err := srv.SetProfile(n, "ws2022", false); err != nil {
 			t.Fatal(err)
 		}
@@ -214,8 +216,11 @@ func oracle(t *testing.T, layout, network string, overlay bool) {
 	cp := startWine(t, prefix, srv.DLLAddr, xpNode, xp, nil,
 		append([]string{"run", "--kubeconfig", winPath(kubeconfig), "--node", winNode, "--network-name", network, "--ip-families", "IPv4",
 			"--healthz-bind-address=127.0.0.1:" + freePort(t), "--metrics-bind-address=127.0.0.1:" + freePort(t)}, xpArgs...)...)
+	paced := startWine(t, prefix, srv.DLLAddr, pacedNode, xp, nil,
+		append([]string{"run", "--kubeconfig", winPath(kubeconfig), "--node", winNode, "--network-name", network, "--ip-families", "IPv4",
+			"--min-sync-period", "0", "--healthz-bind-address=127.0.0.1:" + freePort(t), "--metrics-bind-address=127.0.0.1:" + freePort(t)}, xpArgs...)...)
 	want := 6 // ClusterIP x3, NodePort x2, the ingress IP
-	for _, p := range []*node{kp, cp} {
+	for _, p := range []*node{kp, cp, paced} {
 		waitLBs(t, srv, p, want)
 	}
 	time.Sleep(3 * time.Second) // a sync more for either, should one come
@@ -224,6 +229,108 @@ func oracle(t *testing.T, layout, network string, overlay bool) {
 	if d := diff(kpState, xpState); d != "" {
 		t.Fatalf("kube-proxy.exe and crossproxy.exe programmed different HNS state (- kube-proxy, + crossproxy):\n%s", d)
 	}
+
+	// An endpoint change: the pod 10.244.1.6 leaves web's EndpointSlice.
+	// The time from the API write to the change in each emulated HNS (the
+	// web ClusterIP load balancer's endpoints), and the same state after.
+	for i := range 5 {
+		eps := []string{"10.244.1.5", "10.244.1.6", "10.244.2.7"}
+		if i%2 == 0 {
+			eps = []string{"10.244.1.5", "10.244.2.7"}
+		}
+		vip := clusterIP(t, ctx, client, "web")
+		start := setSlice(t, ctx, client, "web", eps)
+		lat := waitEndpoints(t, srv, []string{kpNode, xpNode, pacedNode}, vip, eps, start)
+		t.Logf("endpoint change %d (web -> %v): in HNS after %s (kube-proxy.exe), %s (crossproxy.exe), %s (crossproxy.exe --min-sync-period 0)",
+			i+1, eps, lat[0].Round(time.Millisecond), lat[1].Round(time.Millisecond), lat[2].Round(time.Millisecond))
+		time.Sleep(time.Duration(i%3) * 700 * time.Millisecond) // changes at varied distances from the last sync
+	}
+	time.Sleep(3 * time.Second)
+	if d := diff(oracleView(srv.State(kpNode)), oracleView(srv.State(xpNode))); d != "" {
+		t.Fatalf("after the endpoint changes the proxies' HNS state differs (- kube-proxy, + crossproxy):\n%s", d)
+	}
+}
+
+// setSlice rewrites the Service's EndpointSlice with ready endpoints at eps
+// (pods of win-1 in 10.244.1.0/24, else of lin-1) and returns when it wrote.
+func setSlice(t *testing.T, ctx context.Context, c kubernetes.Interface, svc string, eps []string) time.Time {
+	s, err := c.DiscoveryV1().EndpointSlices("default").Get(ctx, svc+"-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Endpoints = nil
+	for _, ip := range eps {
+		node := "lin-1"
+		if strings.HasPrefix(ip, "10.244.1.") {
+			node = winNode
+		}
+		s.Endpoints = append(s.Endpoints, discovery.Endpoint{Addresses: []string{ip}, NodeName: ptr.To(node), Conditions: discovery.EndpointConditions{Ready: ptr.To(true)}})
+	}
+	start := time.Now()
+	if _, err := c.DiscoveryV1().EndpointSlices("default").Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return start
+}
+
+func clusterIP(t *testing.T, ctx context.Context, c kubernetes.Interface, svc string) string {
+	s, err := c.CoreV1().Services("default").Get(ctx, svc, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Spec.ClusterIP
+}
+
+// waitEndpoints polls the emulated nodes together until the load balancer
+// on vip holds exactly eps on each, and returns each one's time since start.
+func waitEndpoints(t *testing.T, srv *hnsemu.Server, nodes []string, vip string, eps []string, start time.Time) []time.Duration {
+	out := make([]time.Duration, len(nodes))
+	for time.Since(start) < 30*time.Second {
+		done := true
+		for i, n := range nodes {
+			if out[i] == 0 {
+				if holds(srv, n, vip, eps) {
+					out[i] = time.Since(start)
+				} else {
+					done = false
+				}
+			}
+		}
+		if done {
+			return out
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Fatalf("the load balancers on %s do not hold %v 30 s after the change (%v: %v)", vip, eps, nodes, out)
+	return nil
+}
+
+// holds reports whether the node's load balancer on vip has exactly eps.
+func holds(srv *hnsemu.Server, node, vip string, eps []string) bool {
+	want := fmt.Sprint(eps)
+	{
+		st := srv.State(node)
+		addr := map[string]string{}
+		for _, ep := range st.Endpoints {
+			if len(ep.IpConfigurations) > 0 {
+				addr[strings.ToLower(ep.ID)] = ep.IpConfigurations[0].IpAddress
+			}
+		}
+		for _, lb := range st.LoadBalancers {
+			if len(lb.FrontendVIPs) != 1 || lb.FrontendVIPs[0] != vip {
+				continue
+			}
+			var got []string
+			for _, id := range lb.HostComputeEndpoints {
+				got = append(got, addr[strings.ToLower(id)])
+			}
+			sort.Strings(got)
+			if fmt.Sprint(got) == want {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 const winNode = "win-1"
