@@ -81,16 +81,21 @@ func (n *node) installCNI() { n.cni = n.lay.cni }
 // already scheduled here.
 func (n *node) startCNI() {
 	n.fake.MakeNetwork()
-	if h := n.lay.host; h != nil {
-		var id string
-		if n.lay.hostV1 {
-			id = n.fake.AddV1Endpoint(*h)
-		} else {
-			id = n.fake.AddEndpoint(*h)
-		}
-		n.foreign = append(n.foreign, id)
+	if n.lay.host != nil {
+		n.addHost()
 	}
 	n.addPod(n.lay.localPod)
+}
+
+// addHost is the CNI or its node agent making the layout's host endpoint.
+func (n *node) addHost() {
+	var id string
+	if n.lay.hostV1 {
+		id = n.fake.AddV1Endpoint(*n.lay.host)
+	} else {
+		id = n.fake.AddEndpoint(*n.lay.host)
+	}
+	n.foreign = append(n.foreign, id)
 }
 
 // addPod is the CNI making a pod's endpoint, with HNS' refusal of an
@@ -382,13 +387,7 @@ func (n *node) restoreHost() {
 			return
 		}
 	}
-	var id string
-	if n.lay.hostV1 {
-		id = n.fake.AddV1Endpoint(*h)
-	} else {
-		id = n.fake.AddEndpoint(*h)
-	}
-	n.foreign = append(n.foreign, id)
+	n.addHost()
 }
 
 // checkSourceVIP checks the overlay source VIP the layout calls for, and

@@ -14,7 +14,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -465,29 +464,13 @@ func TestReleaseBinaryOnEmulatedHNS(t *testing.T) {
 	e.cleanupLeavesCNI(exe, "cbr0", cniMade)
 }
 
-// hostAddress is an IPv4 address of a host interface with a MAC: Wine
-// reports the host's interfaces to Windows programs, and crossproxy looks up
-// the MAC of the interface holding the node's address for the overlay
-// source VIP endpoint (cmd/crossproxy backend_windows.go hostMAC), so the
-// overlay node's address must be one Wine shows.
+// hostAddress is HostAddress, or a skip.
 func hostAddress(t *testing.T) (string, string) {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		t.Fatal(err)
+	ip, mac, ok := HostAddress()
+	if !ok {
+		t.Skip("no host interface with an IPv4 address and a MAC for the overlay node's address")
 	}
-	for _, i := range ifs {
-		if i.Flags&net.FlagLoopback != 0 || i.Flags&net.FlagUp == 0 || len(i.HardwareAddr) == 0 {
-			continue
-		}
-		addrs, _ := i.Addrs()
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
-				return n.IP.String(), i.HardwareAddr.String()
-			}
-		}
-	}
-	t.Skip("no host interface with an IPv4 address and a MAC for the overlay node's address")
-	return "", ""
+	return ip, mac
 }
 
 const overlayManifests = `apiVersion: v1

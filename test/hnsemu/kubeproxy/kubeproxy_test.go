@@ -486,26 +486,11 @@ func mustCreate(t *testing.T, ctx context.Context, c kubernetes.Interface, nodeI
 	}
 }
 
-// hostAddress is an IPv4 address of a host interface with a MAC: Wine shows
-// Windows programs the host's interfaces, and both proxies look up the MAC
-// of the interface holding the node's address for the overlay source VIP
-// endpoint, so the overlay node's address must be one Wine shows.
+// hostAddress is hnsemu.HostAddress's address, or a skip.
 func hostAddress(t *testing.T) string {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		t.Fatal(err)
+	ip, _, ok := hnsemu.HostAddress()
+	if !ok {
+		t.Skip("no host interface with an IPv4 address and a MAC for the overlay node's address")
 	}
-	for _, i := range ifs {
-		if i.Flags&net.FlagLoopback != 0 || i.Flags&net.FlagUp == 0 || len(i.HardwareAddr) == 0 {
-			continue
-		}
-		addrs, _ := i.Addrs()
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
-				return n.IP.String()
-			}
-		}
-	}
-	t.Skip("no host interface with an IPv4 address and a MAC for the overlay node's address")
-	return ""
+	return ip
 }
