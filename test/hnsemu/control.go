@@ -268,6 +268,27 @@ func (e *Emulator) CreateCNIEndpoint(req CNIEndpoint) (Endpoint, error) {
 	return *ep, nil
 }
 
+// AddRemoteSubnet is the CNI adding a RemoteSubnetRoute policy to an
+// overlay network for a node that joined (flannel
+// pkg/backend/vxlan/vxlan_network_windows.go handleSubnetEvents), in the
+// settings flannel-vxlan's layout gives the others.
+func (e *Emulator) AddRemoteSubnet(nodeName, network string, rs RemoteSubnet) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := e.node(nodeName)
+	for _, id := range n.ids(kindNetwork) {
+		nw := n.networks[id]
+		if !strings.EqualFold(nw.Name, network) {
+			continue
+		}
+		s, _ := json.Marshal(map[string]any{"DestinationPrefix": rs.Prefix, "IsolationId": 4096,
+			"ProviderAddress": rs.ProviderAddress, "DistributedRouterMacAddress": "66-66-66-66-66-66"})
+		nw.Policies = append(nw.Policies, Policy{Type: "RemoteSubnetRoute", Settings: s})
+		return nil
+	}
+	return fmt.Errorf("no network %q on node %s", network, n.name)
+}
+
 // Delete removes an object behind the proxy's back, as `hnsdiag delete`
 // does: no reference checks.
 func (e *Emulator) Delete(nodeName, kind, id string) error {

@@ -245,10 +245,45 @@ func oracle(t *testing.T, layout, network string, overlay bool) {
 			i+1, eps, lat[0].Round(time.Millisecond), lat[1].Round(time.Millisecond), lat[2].Round(time.Millisecond))
 		time.Sleep(time.Duration(i%3) * 700 * time.Millisecond) // changes at varied distances from the last sync
 	}
+	if overlay {
+		// A node joins: flannel adds its RemoteSubnetRoute on each node, a
+		// pod on it joins web; both proxies must give its remote endpoint
+		// the new node's provider address.
+		for _, n := range []string{kpNode, xpNode, pacedNode} {
+			if err := srv.AddRemoteSubnet(n, network, hnsemu.RemoteSubnet{Prefix: "10.244.3.0/24", ProviderAddress: "192.168.0.13"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eps := []string{"10.244.1.5", "10.244.2.7", "10.244.3.9"}
+		vip := clusterIP(t, ctx, client, "web")
+		lat := waitEndpoints(t, srv, []string{kpNode, xpNode, pacedNode}, vip, eps, setSlice(t, ctx, client, "web", eps))
+		t.Logf("a pod on a node that joined: in HNS after %s (kube-proxy.exe), %s (crossproxy.exe), %s (paced)", lat[0].Round(time.Millisecond), lat[1].Round(time.Millisecond), lat[2].Round(time.Millisecond))
+		for _, n := range []string{kpNode, xpNode} {
+			if got := remotePA(srv.State(n), "10.244.3.9"); got != "192.168.0.13" {
+				t.Errorf("%s: the joining node's pod has provider address %q, want 192.168.0.13", n, got)
+			}
+		}
+	}
 	time.Sleep(3 * time.Second)
 	if d := diff(oracleView(srv.State(kpNode)), oracleView(srv.State(xpNode))); d != "" {
 		t.Fatalf("after the endpoint changes the proxies' HNS state differs (- kube-proxy, + crossproxy):\n%s", d)
 	}
+}
+
+// remotePA is the provider address of the remote endpoint at ip ("" when none).
+func remotePA(st hnsemu.State, ip string) string {
+	for _, ep := range st.Endpoints {
+		if len(ep.IpConfigurations) == 0 || ep.IpConfigurations[0].IpAddress != ip || ep.Flags&1 == 0 {
+			continue
+		}
+		for _, p := range ep.Policies {
+			var s struct{ ProviderAddress string }
+			if p.Type == "ProviderAddress" && json.Unmarshal(p.Settings, &s) == nil {
+				return s.ProviderAddress
+			}
+		}
+	}
+	return ""
 }
 
 // setSlice rewrites the Service's EndpointSlice with ready endpoints at eps
@@ -261,8 +296,11 @@ func setSlice(t *testing.T, ctx context.Context, c kubernetes.Interface, svc str
 	s.Endpoints = nil
 	for _, ip := range eps {
 		node := "lin-1"
-		if strings.HasPrefix(ip, "10.244.1.") {
+		switch {
+		case strings.HasPrefix(ip, "10.244.1."):
 			node = winNode
+		case strings.HasPrefix(ip, "10.244.3."):
+			node = "lin-2"
 		}
 		s.Endpoints = append(s.Endpoints, discovery.Endpoint{Addresses: []string{ip}, NodeName: ptr.To(node), Conditions: discovery.EndpointConditions{Ready: ptr.To(true)}})
 	}
