@@ -21,5 +21,5 @@ echo "-- windows binary"
 exe="$work/crossproxy.exe"
 GOOS=windows GOARCH=amd64 CGO_ENABLED=0 $GO build -o "$exe" ./cmd/crossproxy
 
-echo "-- go tests (manifests; dry-run apply and RBAC on a real kube-apiserver; NET_ADMIN-only run; MSI tables; MSI under Wine; install.ps1; signing)"
+echo "-- go tests (manifests; dry-run apply and RBAC on a real kube-apiserver; NET_ADMIN-only run; MSI tables; MSI under Wine, also on the emulated HNS; install.ps1; signing)"
 CROSSPROXY_WINDOWS_EXE="$exe" CROSSPROXY_LINUX_BIN="$work/unit/crossproxy" $GO test -count=1 -tags installer,integration -v ./test/installer/
