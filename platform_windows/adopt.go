@@ -94,17 +94,23 @@ func (b *Backend) refreshWith(ctx context.Context, l *listing) error {
 	if err := b.findRootByName(ctx); err != nil {
 		return err
 	}
-	b.adopt(l.lbs)
+	b.adopt(l.lbs, true)
 	return b.saveLedger()
 }
 
 // adopt sorts HNS' load balancers into crossproxy's (b.owned) and the
 // others (b.foreign). Crossproxy's are those in the ledger by id; those HNS
 // restored under a new id after a restart (the frontend of a ledger entry
-// whose id is gone); and those a create made before a crash or a failed
-// reply (a pending frontend, unless the load balancer already held it when
-// the entry was written). Pending entries are settled here.
-func (b *Backend) adopt(lbs []LoadBalancer) {
+// whose id is gone), when restored is true; and those a create made before
+// a crash or a failed reply (a pending frontend, unless the load balancer
+// already held it when the entry was written). Pending entries are settled
+// here.
+//
+// Cleanup passes restored false: a load balancer on the frontend of one of
+// crossproxy's that is gone may be another proxy's that took the frontend
+// since (kube-proxy deletes every load balancer when it starts, then makes
+// its own: a rollback), and cleanup deletes what it adopts.
+func (b *Backend) adopt(lbs []LoadBalancer, restored bool) {
 	b.owned = map[string]ownedLB{}
 	b.foreign = map[string][]string{}
 	present := make(map[string]bool, len(lbs))
@@ -121,7 +127,7 @@ func (b *Backend) adopt(lbs []LoadBalancer) {
 		f := lb.frontend()
 		if o, ok := b.ledger.LoadBalancers[lb.ID]; ok {
 			b.owned[lb.ID] = ownedLB{LB: lb, Owner: o}
-		} else if o, ok := vanished[f]; ok {
+		} else if o, ok := vanished[f]; ok && restored {
 			b.log.WithFields(logrus.Fields{"id": lb.ID, "frontend": f}).Info("adopting load balancer HNS restored under a new id")
 			b.owned[lb.ID] = ownedLB{LB: lb, Owner: o}
 			delete(vanished, f)

@@ -8,8 +8,11 @@ import (
 )
 
 // Cleanup implements platform.Backend: it deletes the load balancers the
-// ledger says are crossproxy's (by id, restored under a new id, or pending)
-// and the endpoints crossproxy named, nothing else.
+// ledger says are crossproxy's (by id, or pending) and the endpoints
+// crossproxy named, nothing else. A load balancer on the frontend of one of
+// crossproxy's that is gone is left: it may be another proxy's (a rollback
+// to kube-proxy, which deletes every load balancer when it starts and makes
+// its own), and kube-proxy removes any left over when it starts.
 func (b *Backend) Cleanup(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -23,7 +26,7 @@ func (b *Backend) Cleanup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("hns cleanup: list load balancers: %w", err)
 	}
-	b.adopt(lbs)
+	b.adopt(lbs, false)
 	mine := make([]ownedLB, 0, len(b.owned))
 	for _, o := range b.owned {
 		mine = append(mine, o)

@@ -2,6 +2,7 @@ package hns
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,5 +133,27 @@ func TestReportsAs(t *testing.T) {
 	reported.SourceVIP = ip("192.168.0.11")
 	if reportsAs(reported, overlayWant) {
 		t.Errorf("an overlay load balancer reported with another source VIP must be rewritten")
+	}
+}
+
+// TestCleanupLeavesAnotherProxysLoadBalancer: the way back to kube-proxy
+// (installer/README.md): kube-proxy starts, deletes every load balancer,
+// crossproxy's included, and makes its own on the same frontends; then
+// crossproxy's cleanup runs. It must delete nothing of kube-proxy's, though
+// a load balancer now stands on each frontend crossproxy's ledger names
+// (TestTakeoverAndBack in test/hnsemu/kubeproxy plays it with the binaries).
+func TestCleanupLeavesAnotherProxysLoadBalancer(t *testing.T) {
+	r := newRig(t, AllFeatures(), "10.244.1.5")
+	p := port("web", "10.96.0.10", []core.Endpoint{local("10.244.1.5", 8080)})
+	r.sync(t, state(p), full())
+	ours := r.fake.LoadBalancers()[0]
+	r.fake.DeleteBehind(strings.ToLower(ours.ID))
+	theirs := r.fake.AddForeignLoadBalancer(LoadBalancer{Protocol: ProtocolTCP, FrontendVIPs: ours.FrontendVIPs, ExternalPort: 80, InternalPort: 8080,
+		EndpointIDs: []string{r.localIDs["10.244.1.5"]}})
+	if err := r.backend.Cleanup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if lbs := r.fake.LoadBalancers(); len(lbs) != 1 || !strings.EqualFold(lbs[0].ID, theirs) {
+		t.Fatalf("cleanup deleted the load balancer another proxy made on crossproxy's old frontend: %v", lbs)
 	}
 }

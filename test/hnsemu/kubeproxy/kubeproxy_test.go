@@ -532,3 +532,146 @@ func hostAddress(t *testing.T) string {
 	}
 	return ip
 }
+
+// TestTakeoverAndBack plays installer/README.md's move from kube-proxy.exe
+// to crossproxy.exe on one Windows node and back, with the release binaries
+// on one emulated HNS (L2Bridge, Windows Server 2022). kube-proxy.exe
+// programs the node; crossproxy.exe starts beside it and HNS refuses it
+// every frontend; kube-proxy.exe stops and its load balancers are removed
+// as step 4 says (hns.psm1's Get-HnsPolicyList | Remove-HnsPolicyList: every
+// load balancer; kube-proxy v1.37's --cleanup "is not implemented on
+// Windows"), and crossproxy takes every frontend by itself. The way back:
+// kube-proxy.exe starts again (it deletes every load balancer at start,
+// crossproxy's included), crossproxy stops and `crossproxy cleanup` runs,
+// and kube-proxy.exe ends holding what it held before. Nothing the CNI made
+// is touched.
+func TestTakeoverAndBack(t *testing.T) {
+	exe := kubeProxyExe(t)
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := winePrefix(t, root)
+	t.Cleanup(func() {
+		k := exec.Command("wineserver", "-k")
+		k.Env = append(os.Environ(), "WINEPREFIX="+prefix)
+		_ = k.Run()
+	})
+	srv, err := hnsemu.Start("127.0.0.1:0", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	const hnsNode, network = "hns-takeover", "cbr0"
+	if _, err := srv.SetProfile(hnsNode, "ws2022", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.CreateCNINetwork(hnsemu.CNINetwork{Node: hnsNode, Layout: "flannel-host-gw", Name: network, Subnet: "10.244.1.0/24"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range []string{"10.244.1.5", "10.244.1.6"} {
+		if _, err := srv.CreateCNIEndpoint(hnsemu.CNIEndpoint{Node: hnsNode, Network: network, Name: "pod-" + ip, IP: ip}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cni := srv.State(hnsNode)
+	api := harness.New(t, harness.Options{Logf: t.Logf})
+	client := kubernetes.NewForConfigOrDie(api.AdminConfig())
+	mustCreate(t, context.Background(), client, "192.168.0.11")
+	kubeconfig, err := api.Kubeconfig(harness.AdminUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xp := buildRelease(t, root)
+	_ = os.RemoveAll(filepath.Join(prefix, "drive_c/ProgramData/crossproxy"))
+	env := []string{"KUBE_NETWORK=" + network}
+	kubeProxy := func() *node {
+		return startWine(t, prefix, srv.DLLAddr, hnsNode, exe, env, "--kubeconfig="+winPath(kubeconfig), "--hostname-override="+winNode,
+			"--proxy-mode=kernelspace", "--healthz-bind-address=127.0.0.1:"+freePort(t), "--metrics-bind-address=127.0.0.1:"+freePort(t), "--v=2")
+	}
+	// stop ends one proxy (its process group), leaving the others of the
+	// prefix running (wineserver -k would end them all).
+	stop := func(n *node) {
+		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-n.exited:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not stop", n.name)
+		}
+	}
+	run := func(what string, args ...string) {
+		cmd := exec.Command("wine", args...)
+		cmd.Env = append(os.Environ(), "WINEPREFIX="+prefix, "WINEDEBUG=-all", "WINEARCH=win64", "HNSEMU_ADDR="+srv.DLLAddr, "HNSEMU_NODE="+hnsNode)
+		cmd.Env = append(cmd.Env, env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", what, err, tail(string(out), 3000))
+		}
+	}
+	const want = 6 // ClusterIP x3, NodePort x2, the ingress IP
+	settled := func(p *node) []string {
+		waitLBs(t, srv, p, want)
+		time.Sleep(3 * time.Second)
+		return oracleView(srv.State(hnsNode))
+	}
+	// cniIntact fails when an endpoint or network the CNI made is gone.
+	cniIntact := func(step string) {
+		have := map[string]bool{}
+		st := srv.State(hnsNode)
+		for _, ep := range st.Endpoints {
+			have[ep.ID] = true
+		}
+		for _, nw := range st.Networks {
+			have[nw.ID] = true
+		}
+		for _, ep := range cni.Endpoints {
+			if !have[ep.ID] {
+				t.Fatalf("%s: the CNI's endpoint %s (%s) is gone", step, ep.Name, ep.ID)
+			}
+		}
+		for _, nw := range cni.Networks {
+			if !have[nw.ID] {
+				t.Fatalf("%s: the CNI's network %s is gone", step, nw.Name)
+			}
+		}
+	}
+
+	kp := kubeProxy()
+	first := settled(kp)
+
+	start := time.Now()
+	cp := startWine(t, prefix, srv.DLLAddr, hnsNode, xp, nil, "run", "--kubeconfig", winPath(kubeconfig), "--node", winNode, "--network-name", network,
+		"--ip-families", "IPv4", "--healthz-bind-address=127.0.0.1:"+freePort(t), "--metrics-bind-address=127.0.0.1:"+freePort(t))
+	time.Sleep(5 * time.Second) // crossproxy up beside kube-proxy: HNS refuses it the frontends
+	if got := oracleView(srv.State(hnsNode)); diff(first, got) != "" {
+		t.Fatalf("with both proxies running HNS no longer holds kube-proxy's state:\n%s", diff(first, got))
+	}
+	stop(kp)
+	removed := time.Now()
+	for _, lb := range srv.State(hnsNode).LoadBalancers {
+		if err := srv.Delete(hnsNode, "loadbalancer", lb.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitLBs(t, srv, cp, want)
+	t.Logf("takeover: crossproxy.exe held every frontend %s after kube-proxy's load balancers were removed (%s after it started)",
+		time.Since(removed).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	taken := settled(cp)
+	if d := diff(first, taken); d != "" {
+		t.Fatalf("crossproxy.exe after the takeover programs other than kube-proxy.exe did (- kube-proxy, + crossproxy):\n%s", d)
+	}
+	cniIntact("takeover")
+
+	kp = kubeProxy()
+	time.Sleep(5 * time.Second)
+	stop(cp)
+	run("crossproxy cleanup", xp, "cleanup", "--network-name", network)
+	cniIntact("crossproxy cleanup")
+	back := time.Now()
+	waitLBs(t, srv, kp, want)
+	got := settled(kp)
+	if d := diff(first, got); d != "" {
+		t.Fatalf("kube-proxy.exe back on the node programs other than before (- before, + after):\n%s", d)
+	}
+	t.Logf("the way back: kube-proxy.exe held every frontend %s after crossproxy's cleanup", time.Since(back).Round(time.Millisecond))
+	cniIntact("the way back")
+}
