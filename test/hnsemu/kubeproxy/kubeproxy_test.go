@@ -52,6 +52,28 @@ func kubeProxyExe(t *testing.T) string {
 
 func winPath(p string) string { return "Z:" + strings.ReplaceAll(p, "/", `\`) }
 
+// emulator is what both tests start from: the repository's root, the
+// emulator's Wine prefix (its wineserver ended when the test ends) and a
+// running emulator on free ports.
+func emulator(t *testing.T) (root, prefix string, srv *hnsemu.Server) {
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix = winePrefix(t, root)
+	t.Cleanup(func() {
+		k := exec.Command("wineserver", "-k")
+		k.Env = append(os.Environ(), "WINEPREFIX="+prefix)
+		_ = k.Run()
+	})
+	srv, err = hnsemu.Start("127.0.0.1:0", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	return root, prefix, srv
+}
+
 // winePrefix builds the DLL stand-ins (cached) and returns the emulator's prefix.
 func winePrefix(t *testing.T, root string) string {
 	out, err := exec.Command("bash", filepath.Join(root, "test/hnsemu/dll/build.sh")).Output()
@@ -150,21 +172,7 @@ func TestKubeProxyOnEmulatedHNS(t *testing.T) {
 // host's, whose MAC Wine shows both proxies for the source VIP endpoint.
 func oracle(t *testing.T, layout, network string, overlay bool) {
 	exe := kubeProxyExe(t)
-	root, err := filepath.Abs("../../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix := winePrefix(t, root)
-	t.Cleanup(func() {
-		k := exec.Command("wineserver", "-k")
-		k.Env = append(os.Environ(), "WINEPREFIX="+prefix)
-		_ = k.Run()
-	})
-	srv, err := hnsemu.Start("127.0.0.1:0", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
+	root, prefix, srv := emulator(t)
 	// pacedNode runs crossproxy.exe with --min-sync-period 0: syncs paced
 	// by their cost (issue 51), for the endpoint-change latency only.
 	const kpNode, xpNode, pacedNode = "hns-kube-proxy", "hns-crossproxy", "hns-crossproxy-paced"
@@ -547,21 +555,7 @@ func hostAddress(t *testing.T) string {
 // is touched.
 func TestTakeoverAndBack(t *testing.T) {
 	exe := kubeProxyExe(t)
-	root, err := filepath.Abs("../../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix := winePrefix(t, root)
-	t.Cleanup(func() {
-		k := exec.Command("wineserver", "-k")
-		k.Env = append(os.Environ(), "WINEPREFIX="+prefix)
-		_ = k.Run()
-	})
-	srv, err := hnsemu.Start("127.0.0.1:0", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
+	root, prefix, srv := emulator(t)
 	const hnsNode, network = "hns-takeover", "cbr0"
 	if _, err := srv.SetProfile(hnsNode, "ws2022", false); err != nil {
 		t.Fatal(err)
